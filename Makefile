@@ -1,0 +1,44 @@
+# cqlguard: the two commands a new machine needs are `make demo` and `make test`.
+SHELL       := /bin/bash
+GO          ?= go
+GOBIN       ?= $(shell $(GO) env GOPATH)/bin
+STATICCHECK := $(GOBIN)/staticcheck
+STATICCHECK_VERSION := v0.8.2
+FUZZTIME    ?= 10s
+
+.PHONY: all build demo test lint unit fuzz integration bench clean
+
+all: build
+
+build:
+	$(GO) build -o bin/cqlguard ./cmd/cqlguard
+
+# demo fetches and starts a local Cassandra, runs cqlguard in front of it and
+# a short workload through it, and prints what happened.
+demo:
+	bash test/demo.sh
+
+# test runs everything CI runs: lint, unit and race tests, a bounded fuzz run
+# of every fuzz target, and the integration tests against a real Cassandra
+# with gocql, the Python and the Node drivers.
+test: lint unit fuzz integration
+
+$(STATICCHECK):
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+lint: $(STATICCHECK)
+	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+fuzz:
+	bash test/fuzz.sh $(FUZZTIME)
+
+integration:
+	CQLGUARD_INTEGRATION=1 $(GO) test -race -count=1 -timeout 40m -v ./test/...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,133 @@
+// Command cqlguard runs the CQL proxy: it reads the configuration file and
+// flags, then serves until SIGTERM or SIGINT, when it drains.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/proxy"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "cqlguard:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("cqlguard", flag.ContinueOnError)
+	configPath := fs.String("config", "", "YAML configuration file (see config.example.yaml)")
+	listen := fs.String("listen", "", "address drivers connect to (overrides listen)")
+	advertise := fs.String("advertise", "", "address reported to drivers as the proxy's own (overrides advertise)")
+	upstreams := fs.String("upstream", "", "comma-separated upstream nodes host:port (overrides upstreams)")
+	mode := fs.String("mode", "", "cluster or node (overrides mode)")
+	admin := fs.String("admin", "", "admin listener for /metrics, /healthz, /readyz (overrides admin.listen)")
+	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	cfg := proxy.DefaultConfig()
+	if *configPath != "" {
+		var err error
+		if cfg, err = proxy.LoadConfig(*configPath); err != nil {
+			return err
+		}
+	}
+	override := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	override(&cfg.Listen, *listen)
+	override(&cfg.Advertise, *advertise)
+	override(&cfg.Mode, *mode)
+	override(&cfg.Admin.Listen, *admin)
+	override(&cfg.Log.Format, *logFormat)
+	override(&cfg.Log.Level, *logLevel)
+	if *upstreams != "" {
+		cfg.Upstreams = strings.Split(*upstreams, ",")
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+
+	log, err := newLogger(cfg.Log)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := proxy.New(cfg, log, reg)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening for clients: %w", err)
+	}
+	var adminSrv *http.Server
+	if cfg.Admin.Listen != "" {
+		aln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			return fmt.Errorf("listening for admin: %w", err)
+		}
+		adminSrv = &http.Server{Handler: p.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		go adminSrv.Serve(aln)
+	}
+	log.Info().Str("listen", cfg.Listen).Str("advertise", cfg.AdvertiseAddr()).Str("mode", cfg.Mode).
+		Strs("upstreams", cfg.Upstreams).Str("admin", cfg.Admin.Listen).Msg("cqlguard serving")
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- p.Serve(ln) }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case err := <-serveErr:
+		return err
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Dur("timeout", time.Duration(cfg.DrainTimeout)).Msg("draining")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout))
+	defer cancel()
+	err = p.Shutdown(ctx)
+	if adminSrv != nil {
+		adminSrv.Shutdown(ctx)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	log.Info().Err(err).Msg("stopped")
+	return nil
+}
+
+func newLogger(c proxy.LogConfig) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(c.Level)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("log.level: %w", err)
+	}
+	var log zerolog.Logger
+	if c.Format == "console" {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	} else {
+		log = zerolog.New(os.Stderr)
+	}
+	return log.Level(level).With().Timestamp().Logger(), nil
+}

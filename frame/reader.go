@@ -1,0 +1,169 @@
+package frame
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// TooLargeError reports a frame whose body is over the reader's maximum. The
+// reader has already skipped the body, so the stream stays in step and the
+// caller can answer on Header.Stream and go on.
+type TooLargeError struct {
+	Header Header
+	Max    int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("frame body of %d bytes exceeds the maximum of %d", e.Header.Length, e.Max)
+}
+
+// ErrCorrupt wraps errors after which a stream cannot be trusted: a frame
+// that does not fit its segment, a bad segment sequence.
+var ErrCorrupt = errors.New("frame: corrupt stream")
+
+// Reader reads whole frames from a byte stream, first as plain frames and,
+// after UseSegments, from v5 segments. A returned frame is valid until the
+// next call to Next.
+type Reader struct {
+	br   *bufio.Reader
+	max  int
+	buf  []byte         // frames read whole or assembled from several segments
+	segs *SegmentReader // nil before the v5 handshake completes
+	rest []byte         // frames still unread in the current self-contained segment
+}
+
+// NewReader returns a Reader of frames whose bodies are at most maxBody bytes.
+func NewReader(br *bufio.Reader, maxBody int) *Reader {
+	if maxBody <= 0 || maxBody > MaxBodySize {
+		maxBody = MaxBodySize
+	}
+	return &Reader{br: br, max: maxBody}
+}
+
+// UseSegments switches the reader to v5 framing; compressed says whether the
+// connection negotiated LZ4.
+func (r *Reader) UseSegments(compressed bool) {
+	r.segs = NewSegmentReader(r.br, compressed)
+}
+
+// Segmented reports whether the reader reads v5 segments.
+func (r *Reader) Segmented() bool { return r.segs != nil }
+
+// Next returns the next frame, header and body, and its decoded header.
+// Errors: *UnsupportedVersionError (the header's stream is unknown),
+// *TooLargeError (skipped; the stream is usable), io errors, and errors
+// wrapping ErrCorrupt or segment errors after which the stream is unusable.
+func (r *Reader) Next() ([]byte, Header, error) {
+	if r.segs != nil {
+		return r.nextFromSegments()
+	}
+	// The version byte comes first and decides the header's size: a v1 or
+	// v2 client sends 8 bytes and waits, so look at it before asking for 9.
+	if vb, err := r.br.Peek(1); err != nil {
+		return nil, Header{}, err
+	} else if v := vb[0] &^ responseBit; v < 3 || v > 5 {
+		return nil, Header{}, &UnsupportedVersionError{Version: v}
+	}
+	hb, err := r.br.Peek(HeaderSize)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, Header{}, err
+	}
+	h, err := ParseHeader(hb)
+	if err != nil {
+		return nil, h, err
+	}
+	if h.Length > r.max {
+		// Skip rather than allocate: the limit protects memory, and reading
+		// through keeps the connection usable for the next frame.
+		if _, err := r.br.Discard(HeaderSize + h.Length); err != nil {
+			return nil, h, fmt.Errorf("skipping oversized frame: %w", err)
+		}
+		return nil, h, &TooLargeError{Header: h, Max: r.max}
+	}
+	n := HeaderSize + h.Length
+	r.buf = grow(r.buf, n)
+	if _, err := io.ReadFull(r.br, r.buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, h, fmt.Errorf("reading %s frame body: %w", h.Opcode, err)
+	}
+	return r.buf, h, nil
+}
+
+func (r *Reader) nextFromSegments() ([]byte, Header, error) {
+	if len(r.rest) == 0 {
+		payload, selfContained, err := r.segs.Next()
+		if err != nil {
+			return nil, Header{}, err
+		}
+		if !selfContained {
+			return r.assemble(payload)
+		}
+		r.rest = payload
+	}
+	h, err := ParseHeader(r.rest)
+	if err != nil {
+		r.rest = nil
+		return nil, h, fmt.Errorf("%w: frame in segment: %v", ErrCorrupt, err)
+	}
+	n := HeaderSize + h.Length
+	if n > len(r.rest) {
+		r.rest = nil
+		return nil, h, fmt.Errorf("%w: frame of %d bytes overruns its self-contained segment", ErrCorrupt, n)
+	}
+	f := r.rest[:n]
+	r.rest = r.rest[n:]
+	if h.Length > r.max {
+		return nil, h, &TooLargeError{Header: h, Max: r.max}
+	}
+	return f, h, nil
+}
+
+// assemble reads one frame spread over consecutive non-self-contained
+// segments, first being the first segment's payload.
+func (r *Reader) assemble(first []byte) ([]byte, Header, error) {
+	h, err := ParseHeader(first)
+	if err != nil {
+		return nil, h, fmt.Errorf("%w: first segment of a large frame: %v", ErrCorrupt, err)
+	}
+	n := HeaderSize + h.Length
+	tooLarge := h.Length > r.max
+	if !tooLarge {
+		r.buf = append(r.buf[:0], first...)
+	}
+	got := len(first)
+	for got < n {
+		payload, selfContained, err := r.segs.Next()
+		if err != nil {
+			return nil, h, err
+		}
+		if selfContained {
+			return nil, h, fmt.Errorf("%w: self-contained segment inside a large frame", ErrCorrupt)
+		}
+		got += len(payload)
+		if !tooLarge {
+			r.buf = append(r.buf, payload...)
+		}
+	}
+	if got != n {
+		return nil, h, fmt.Errorf("%w: large frame of %d bytes ends after %d", ErrCorrupt, n, got)
+	}
+	if tooLarge {
+		return nil, h, &TooLargeError{Header: h, Max: r.max}
+	}
+	return r.buf, h, nil
+}
+
+// grow returns b resized to n bytes, reallocating only when it must.
+func grow(b []byte, n int) []byte {
+	if cap(b) >= n {
+		return b[:n]
+	}
+	return make([]byte, n, max(n, 2*cap(b)))
+}

@@ -1,0 +1,151 @@
+package frame
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+)
+
+func frameBytes(v uint8, stream int16, op Opcode, body []byte) []byte {
+	f := AppendHeader(nil, Header{Version: v, Stream: stream, Opcode: op, Length: len(body)})
+	return append(f, body...)
+}
+
+func TestReaderPlainFrames(t *testing.T) {
+	var in []byte
+	in = append(in, frameBytes(4, 1, OpQuery, []byte("abc"))...)
+	in = append(in, frameBytes(4, 2, OpQuery, make([]byte, 100))...) // over the max
+	in = append(in, frameBytes(3, 3, OpOptions, nil)...)
+	r := NewReader(bufio.NewReader(bytes.NewReader(in)), 50)
+
+	f, h, err := r.Next()
+	if err != nil || h.Stream != 1 || string(f[HeaderSize:]) != "abc" {
+		t.Fatalf("first: %v %v %q", h, err, f)
+	}
+	_, h, err = r.Next()
+	var tl *TooLargeError
+	if !errors.As(err, &tl) || h.Stream != 2 {
+		t.Fatalf("second: want TooLargeError on stream 2, got %v %v", h, err)
+	}
+	_, h, err = r.Next()
+	if err != nil || h.Stream != 3 || h.Version != 3 || h.Opcode != OpOptions {
+		t.Fatalf("third: %v %v", h, err)
+	}
+	if _, _, err = r.Next(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+}
+
+func TestReaderTruncated(t *testing.T) {
+	in := frameBytes(4, 1, OpQuery, []byte("abcdef"))
+	for n := 1; n < len(in); n++ {
+		r := NewReader(bufio.NewReader(bytes.NewReader(in[:n])), 1<<10)
+		if _, _, err := r.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("%d of %d bytes: %v, want unexpected EOF", n, len(in), err)
+		}
+	}
+}
+
+func TestReaderUnsupportedVersion(t *testing.T) {
+	for _, v := range []byte{1, 2, 6, 0x41, 0x85 + 2} {
+		r := NewReader(bufio.NewReader(bytes.NewReader([]byte{v, 0, 0, 0, 5, 0, 0, 0, 0})), 1<<10)
+		var uv *UnsupportedVersionError
+		if _, _, err := r.Next(); !errors.As(err, &uv) {
+			t.Errorf("version %#x: %v", v, err)
+		}
+	}
+}
+
+func TestReaderSegments(t *testing.T) {
+	small := frameBytes(5, 1, OpQuery, []byte("small"))
+	big := frameBytes(5, 2, OpQuery, bytes.Repeat([]byte("x"), 300_000))
+	for _, compressed := range []bool{false, true} {
+		w := NewSegmentWriter(compressed)
+		var in []byte
+		in = w.AppendFrames(in, append(append(append([]byte{}, small...), small...), big...))
+		in = w.AppendFrames(in, small)
+		r := NewReader(bufio.NewReader(bytes.NewReader(in)), 1<<20)
+		r.UseSegments(compressed)
+		for i, want := range [][]byte{small, small, big, small} {
+			f, _, err := r.Next()
+			if err != nil || !bytes.Equal(f, want) {
+				t.Fatalf("compressed=%v frame %d: %v (len %d, want %d)", compressed, i, err, len(f), len(want))
+			}
+		}
+		// The same stream with a smaller maximum refuses the big frame and
+		// carries on.
+		r = NewReader(bufio.NewReader(bytes.NewReader(in)), 1<<10)
+		r.UseSegments(compressed)
+		for i := range 4 {
+			_, _, err := r.Next()
+			var tl *TooLargeError
+			if (i == 2) != errors.As(err, &tl) || (i != 2 && err != nil) {
+				t.Fatalf("compressed=%v with max 1 KiB, frame %d: %v", compressed, i, err)
+			}
+		}
+	}
+}
+
+func TestReaderNoAllocation(t *testing.T) {
+	one := frameBytes(4, 1, OpQuery, make([]byte, 200))
+	in := bytes.Repeat(one, 2000)
+	br := bytes.NewReader(in)
+	r := NewReader(bufio.NewReader(br), 1<<20)
+	r.Next()
+	if n := testing.AllocsPerRun(1000, func() {
+		if _, _, err := r.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per frame", n)
+	}
+}
+
+func BenchmarkReaderPlain(b *testing.B) {
+	one := frameBytes(4, 1, OpExecute, make([]byte, 100))
+	in := bytes.Repeat(one, 1000)
+	br := bytes.NewReader(in)
+	bb := bufio.NewReader(br)
+	r := NewReader(bb, 1<<20)
+	b.SetBytes(int64(len(one)))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%1000 == 0 {
+			br.Reset(in)
+			bb.Reset(br)
+		}
+		if _, _, err := r.Next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add(frameBytes(4, 1, OpQuery, []byte("abc")), false, false)
+	f.Add(frameBytes(3, -1, OpEvent, nil), false, false)
+	seg := NewSegmentWriter(false).AppendFrames(nil, frameBytes(5, 1, OpQuery, []byte("x")))
+	f.Add(seg, true, false)
+	lz := NewSegmentWriter(true).AppendFrames(nil, frameBytes(5, 1, OpQuery, bytes.Repeat([]byte("ab"), 100)))
+	f.Add(lz, true, true)
+	f.Fuzz(func(t *testing.T, in []byte, segments, compressed bool) {
+		r := NewReader(bufio.NewReader(bytes.NewReader(in)), 1<<16)
+		if segments {
+			r.UseSegments(compressed)
+		}
+		for range 100 {
+			f, h, err := r.Next()
+			if err != nil {
+				var tl *TooLargeError
+				if errors.As(err, &tl) {
+					continue
+				}
+				return
+			}
+			if len(f) != HeaderSize+h.Length {
+				t.Fatalf("frame of %d bytes, header says %d", len(f), HeaderSize+h.Length)
+			}
+		}
+	})
+}

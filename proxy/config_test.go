@@ -1,0 +1,83 @@
+package proxy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cqlguard.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		text    string
+		wantErr string // substring; empty means success
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "empty file means defaults", text: "", check: func(t *testing.T, c Config) {
+			if c.Listen != "127.0.0.1:9042" || c.Mode != ModeCluster || c.AdvertiseAddr() != c.Listen {
+				t.Errorf("defaults: %+v", c)
+			}
+		}},
+		{name: "example file loads", text: mustRead(t, "../config.example.yaml")},
+		{name: "values", text: "listen: 127.0.0.9:9043\nupstreams: [10.0.0.1:9042, 10.0.0.2:9042]\ndrain_timeout: 2s\nlog: {format: console}\n",
+			check: func(t *testing.T, c Config) {
+				if c.Listen != "127.0.0.9:9043" || len(c.Upstreams) != 2 || time.Duration(c.DrainTimeout) != 2*time.Second || c.Log.Format != "console" {
+					t.Errorf("got %+v", c)
+				}
+			}},
+		{name: "unknown key names file and line", text: "listen: 127.0.0.1:9042\n\nupstream: [a:1]\n", wantErr: `cqlguard.yaml:3: unknown key "upstream"`},
+		{name: "nested unknown key", text: "admin:\n  port: 9\n", wantErr: `cqlguard.yaml:2: unknown key "port"`},
+		{name: "bad duration", text: "dial_timeout: soon\n", wantErr: `cqlguard.yaml:1: "soon" is not a duration`},
+		{name: "bad mode", text: "mode: mesh\n", wantErr: `mode: "mesh"`},
+		{name: "node mode needs one upstream", text: "mode: node\nupstreams: [a:1, b:2]\n", wantErr: "exactly one upstream"},
+		{name: "peers only in node mode", text: "peers: {10.0.0.3: 10.0.1.3:9042}\n", wantErr: "only used in mode node"},
+		{name: "bad peer address", text: "mode: node\npeers: {10.0.0.3: nowhere}\n", wantErr: "want ip:port"},
+		{name: "unspecified listen needs advertise", text: "listen: 0.0.0.0:9042\n", wantErr: "must be one IP address"},
+		{name: "listen 0.0.0.0 with advertise", text: "listen: 0.0.0.0:9042\nadvertise: 10.0.0.5:9042\n"},
+		{name: "tiny frame limit", text: "max_frame_bytes: 10\n", wantErr: "max_frame_bytes"},
+		{name: "not yaml", text: "listen: [\n", wantErr: "cqlguard.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := LoadConfig(writeConfig(t, tt.text))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	if _, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("want an error naming the file, got %v", err)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// Directions of frames, used as metric labels.
+const (
+	dirRequest  = 0 // client to upstream
+	dirResponse = 1 // upstream to client
+)
+
+var dirNames = [2]string{"request", "response"}
+
+// maxOpcode bounds the per-opcode counters; unknown opcodes count as 0x1f.
+const maxOpcode = 0x20
+
+// Metrics are the proxy's Prometheus metrics. Counters used per frame are
+// resolved once, so counting costs an atomic add and no label lookup.
+type Metrics struct {
+	clientConns     prometheus.Gauge
+	clientConnsTot  prometheus.Counter
+	upstreamDialErr prometheus.Counter
+	frames          [2][maxOpcode]prometheus.Counter
+	bytes           [2]prometheus.Counter
+	upstreamLatency prometheus.Histogram
+	protocolErrors  *prometheus.CounterVec
+	filteredEvents  prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		clientConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cqlguard_client_connections", Help: "Client connections open now."}),
+		clientConnsTot: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_client_connections_total", Help: "Client connections accepted."}),
+		upstreamDialErr: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_upstream_dial_errors_total", Help: "Failed attempts to connect to an upstream node."}),
+		upstreamLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cqlguard_upstream_request_duration_seconds",
+			Help:    "Time from forwarding a request upstream to forwarding its response to the client.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
+		}),
+		protocolErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cqlguard_protocol_errors_total", Help: "Malformed or refused frames, by reason."}, []string{"reason"}),
+		filteredEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_events_filtered_total", Help: "Topology and status events withheld from drivers."}),
+	}
+	frames := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cqlguard_frames_total", Help: "Frames forwarded or answered, by direction and opcode."},
+		[]string{"direction", "opcode"})
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cqlguard_frame_bytes_total", Help: "Frame bytes read, by direction."}, []string{"direction"})
+	for d := range 2 {
+		m.bytes[d] = bytes.WithLabelValues(dirNames[d])
+		for op := range maxOpcode {
+			name := frame.Opcode(op).String()
+			if name == "UNKNOWN" && op != maxOpcode-1 {
+				continue
+			}
+			m.frames[d][op] = frames.WithLabelValues(dirNames[d], name)
+		}
+	}
+	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
+		m.protocolErrors, m.filteredEvents, frames, bytes)
+	return m
+}
+
+// frame counts one frame of n bytes.
+func (m *Metrics) frame(dir int, op frame.Opcode, n int) {
+	i := int(op)
+	if i >= maxOpcode || m.frames[dir][i] == nil {
+		i = maxOpcode - 1
+	}
+	m.frames[dir][i].Inc()
+	m.bytes[dir].Add(float64(n))
+}

@@ -1,0 +1,565 @@
+// Package proxy accepts CQL connections from drivers and forwards each to
+// an upstream Cassandra or ScyllaDB node, keeping drivers on the proxy by
+// rewriting what they learn of the cluster.
+//
+// The request path is session.serveRequests: read frame → classify →
+// decide → forward (or answer). The response path is session.serveResponses.
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// Proxy accepts client connections and pairs each with one connection to an
+// upstream node.
+type Proxy struct {
+	cfg     Config
+	log     zerolog.Logger
+	metrics *Metrics
+	topo    *topology
+	epoch   time.Time // origin of the monotonic request timestamps
+	next    atomic.Uint32
+
+	mu        sync.Mutex
+	sessions  map[*session]struct{}
+	listeners []net.Listener
+	draining  bool
+	active    sync.WaitGroup
+	lastID    uint64
+}
+
+// New returns a proxy for cfg, registering its metrics with reg.
+func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	topo, err := newTopology(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Proxy{
+		cfg:      cfg,
+		log:      log,
+		metrics:  NewMetrics(reg),
+		topo:     topo,
+		epoch:    time.Now(),
+		sessions: map[*session]struct{}{},
+	}, nil
+}
+
+// Serve accepts connections on ln until ln is closed or Shutdown is called.
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.mu.Lock()
+	if p.draining {
+		p.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	p.listeners = append(p.listeners, ln)
+	p.mu.Unlock()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			p.mu.Lock()
+			draining := p.draining
+			p.mu.Unlock()
+			if draining {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				// Out of file descriptors or a transient failure: wait rather
+				// than spin, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				p.log.Warn().Err(err).Dur("retry_in", backoff).Msg("accept failed")
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("accepting on %s: %w", ln.Addr(), err)
+		}
+		backoff = 0
+		p.active.Add(1)
+		go p.handle(c)
+	}
+}
+
+// Shutdown stops accepting, waits for in-flight requests to be answered
+// (each connection closes once it has none), and closes what remains when
+// ctx ends.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.draining = true
+	for _, ln := range p.listeners {
+		ln.Close()
+	}
+	for s := range p.sessions {
+		s.drain()
+	}
+	p.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { p.active.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		p.mu.Lock()
+		for s := range p.sessions {
+			s.close()
+		}
+		p.mu.Unlock()
+		<-done
+		return fmt.Errorf("drain: %w", ctx.Err())
+	}
+}
+
+// handle serves one client connection.
+func (p *Proxy) handle(client net.Conn) {
+	defer p.active.Done()
+	p.metrics.clientConns.Inc()
+	p.metrics.clientConnsTot.Inc()
+	defer p.metrics.clientConns.Dec()
+
+	p.mu.Lock()
+	p.lastID++
+	id := p.lastID
+	p.mu.Unlock()
+	log := p.log.With().Uint64("conn", id).Str("client", client.RemoteAddr().String()).Logger()
+
+	upstream, addr, err := p.dialUpstream()
+	if err != nil {
+		log.Error().Err(err).Msg("no upstream node reachable")
+		refuse(client, p.cfg.MaxFrameBytes, "cqlguard: no upstream node reachable: "+err.Error())
+		return
+	}
+	log = log.With().Str("upstream", addr).Logger()
+	s := newSession(p, client, upstream, log)
+	p.mu.Lock()
+	if p.draining {
+		s.draining = true
+	}
+	p.sessions[s] = struct{}{}
+	p.mu.Unlock()
+
+	s.run()
+
+	p.mu.Lock()
+	delete(p.sessions, s)
+	p.mu.Unlock()
+}
+
+// dialUpstream connects to the next upstream node that answers, trying
+// each once, and learns whether it supports the rate-limit error.
+func (p *Proxy) dialUpstream() (*upstreamConn, string, error) {
+	n := len(p.cfg.Upstreams)
+	start := int(p.next.Add(1))
+	var errs []error
+	for i := range n {
+		addr := p.cfg.Upstreams[(start+i)%n]
+		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout))
+		if err == nil {
+			return u, addr, nil
+		}
+		p.metrics.upstreamDialErr.Inc()
+		errs = append(errs, err)
+	}
+	return nil, "", errors.Join(errs...)
+}
+
+// Ready reports whether some upstream node answers OPTIONS.
+func (p *Proxy) Ready() error {
+	p.mu.Lock()
+	draining := p.draining
+	p.mu.Unlock()
+	if draining {
+		return errors.New("draining")
+	}
+	u, _, err := p.dialUpstream()
+	if err != nil {
+		return err
+	}
+	u.conn.Close()
+	return nil
+}
+
+// session is one client connection and its upstream connection.
+type session struct {
+	p        *Proxy
+	log      zerolog.Logger
+	client   net.Conn
+	upstream net.Conn
+
+	fromClient   *frame.Reader
+	fromUpstream *frame.Reader
+	toClient     *writer
+	toUpstream   *writer
+
+	upstreamRateLimit bool              // the upstream advertised the rate-limit error
+	handshake         chan bool         // v5: true once the upstream switched to segments
+	reqCompression    frame.Compression // the request path's own copy of compression
+
+	mu             sync.Mutex // guards what both paths use
+	streams        streams
+	draining       bool
+	compression    frame.Compression // negotiated in STARTUP
+	rateLimitOptIn bool              // the driver asked for the rate-limit error
+
+	decomp      frame.Decompressor // request path only
+	reqScratch  []byte             // answers written by the request path
+	respScratch []byte             // answers written by the response path
+	closing     sync.Once
+}
+
+func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
+	return &session{
+		p:                 p,
+		log:               log,
+		client:            client,
+		upstream:          u.conn,
+		fromClient:        frame.NewReader(bufio.NewReaderSize(client, 16<<10), p.cfg.MaxFrameBytes),
+		fromUpstream:      frame.NewReader(u.br, p.cfg.MaxFrameBytes),
+		toClient:          newWriter(client, p.cfg.MaxBufferedBytes),
+		toUpstream:        newWriter(u.conn, p.cfg.MaxBufferedBytes),
+		upstreamRateLimit: u.rateLimitError,
+		handshake:         make(chan bool, 1),
+	}
+}
+
+// run serves the session until either side closes.
+func (s *session) run() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := s.serveResponses()
+		s.logEnd("upstream", err)
+		// Deliver the answers already queued before closing, but do not
+		// wait long on a client that does not read.
+		s.client.SetWriteDeadline(time.Now().Add(flushTimeout))
+		s.toClient.Close()
+		s.close()
+	}()
+	err := s.serveRequests()
+	s.logEnd("client", err)
+	// An answer to the last frame (a version the proxy does not speak) must
+	// reach the client before the connection closes.
+	s.client.SetWriteDeadline(time.Now().Add(flushTimeout))
+	s.toClient.Flush()
+	s.close()
+	s.toUpstream.Close()
+	<-done
+}
+
+// flushTimeout bounds writing what is queued for a closing connection.
+const flushTimeout = 5 * time.Second
+
+func (s *session) logEnd(side string, err error) {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errWriterClosed) {
+		s.log.Debug().Str("side", side).Msg("connection closed")
+		return
+	}
+	s.log.Info().Str("side", side).Err(err).Msg("connection ended")
+}
+
+// close closes both sockets, ending both loops.
+func (s *session) close() {
+	s.closing.Do(func() {
+		s.client.Close()
+		s.upstream.Close()
+	})
+}
+
+// drain closes the session as soon as no request is in flight.
+func (s *session) drain() {
+	s.mu.Lock()
+	s.draining = true
+	idle := s.streams.inflight == 0
+	s.mu.Unlock()
+	if idle {
+		s.close()
+	}
+}
+
+// serveRequests is the request path: it reads each frame from the client,
+// classifies it, decides, and forwards it upstream or answers it.
+func (s *session) serveRequests() error {
+	m := s.p.metrics
+	for {
+		// Read a frame. Frames the proxy cannot take are answered, not
+		// dropped, so the driver's request never waits for nothing.
+		f, h, err := s.fromClient.Next()
+		if err != nil {
+			var tooLarge *frame.TooLargeError
+			var version *frame.UnsupportedVersionError
+			switch {
+			case errors.As(err, &tooLarge):
+				m.protocolErrors.WithLabelValues("frame_too_large").Inc()
+				s.log.Warn().Int("bytes", h.Length).Str("opcode", h.Opcode.String()).Msg("request frame too large")
+				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
+				continue
+			case errors.As(err, &version):
+				m.protocolErrors.WithLabelValues("unsupported_version").Inc()
+				s.log.Info().Uint8("version", version.Version).Msg("unsupported protocol version")
+				s.refuseVersion(version)
+				return err
+			}
+			if !errors.Is(err, io.EOF) {
+				m.protocolErrors.WithLabelValues("bad_request_frame").Inc()
+			}
+			return err
+		}
+		m.frame(dirRequest, h.Opcode, len(f))
+		if h.Response {
+			m.protocolErrors.WithLabelValues("response_from_client").Inc()
+			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "frame from client has the response bit set")
+			continue
+		}
+
+		// Classify: what the proxy must do with the response.
+		req := request{start: s.now()}
+		switch h.Opcode {
+		case frame.OpStartup:
+			if f, err = s.startup(f, h); err != nil {
+				m.protocolErrors.WithLabelValues("bad_startup").Inc()
+				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
+				continue
+			}
+			req.reply = replyStartup
+		case frame.OpOptions:
+			req.reply = replySupported
+		case frame.OpQuery, frame.OpPrepare, frame.OpExecute:
+			req.reply, req.table, req.prepared = s.classifyTopology(f, h)
+		}
+
+		// Decide: per-partition limits will be applied here.
+
+		// Forward. The stream is recorded first so that a fast response
+		// finds it.
+		s.mu.Lock()
+		s.streams.begin(h.Stream, req)
+		s.mu.Unlock()
+		if err := s.toUpstream.Write(f); err != nil {
+			return fmt.Errorf("forwarding %s: %w", h.Opcode, err)
+		}
+		if h.Opcode == frame.OpStartup && h.Version >= 5 {
+			// v5 framing starts once the upstream has answered STARTUP, and
+			// the client's next bytes may already be segments: wait.
+			if !<-s.handshake {
+				continue
+			}
+			s.fromClient.UseSegments(s.reqCompression == frame.CompressionLZ4)
+		}
+	}
+}
+
+// serveResponses is the response path: it forwards each frame from the
+// upstream to the client, rewriting what reveals the upstream's topology.
+func (s *session) serveResponses() error {
+	m := s.p.metrics
+	defer func() {
+		// A v5 STARTUP waiting for its answer must not wait forever.
+		select {
+		case s.handshake <- false:
+		default:
+		}
+	}()
+	for {
+		f, h, err := s.fromUpstream.Next()
+		var tooLarge *frame.TooLargeError
+		if errors.As(err, &tooLarge) {
+			// The client still gets an answer on its stream.
+			m.protocolErrors.WithLabelValues("response_too_large").Inc()
+			s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
+			s.mu.Lock()
+			s.streams.end(h.Stream)
+			s.mu.Unlock()
+			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		m.frame(dirResponse, h.Opcode, len(f))
+
+		s.mu.Lock()
+		req, ok := s.streams.end(h.Stream)
+		idle := s.draining && s.streams.inflight == 0
+		comp := s.compression
+		s.mu.Unlock()
+		if ok {
+			m.upstreamLatency.Observe(float64(s.now()-req.start) / 1e9)
+		}
+
+		if h.Opcode == frame.OpEvent || req.reply != replyForward {
+			var keep bool
+			if f, keep, err = s.rewriteResponse(f, h, req, comp); err != nil {
+				m.protocolErrors.WithLabelValues("bad_response").Inc()
+				s.log.Warn().Err(err).Str("opcode", h.Opcode.String()).Msg("cannot rewrite response")
+				if h.Stream < 0 {
+					continue
+				}
+				s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
+				continue
+			}
+			if !keep {
+				m.filteredEvents.Inc()
+				continue
+			}
+		}
+		if err := s.toClient.Write(f); err != nil {
+			return err
+		}
+
+		if req.reply == replyStartup && h.Version >= 5 {
+			// READY and AUTHENTICATE are the last plain frames; what follows,
+			// both ways, travels in segments.
+			segments := h.Opcode == frame.OpReady || h.Opcode == frame.OpAuthenticate
+			if segments {
+				lz4 := comp == frame.CompressionLZ4
+				s.toClient.UseSegments(lz4)
+				s.toUpstream.UseSegments(lz4)
+				s.fromUpstream.UseSegments(lz4)
+			}
+			s.handshake <- segments
+		}
+		if idle {
+			return nil
+		}
+	}
+}
+
+// startup remembers the driver's compression and rate-limit opt-in, and
+// keeps the opt-in from an upstream that did not advertise it.
+func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
+	opts, err := startupOptions(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading STARTUP options: %w", err)
+	}
+	comp := frame.CompressionNone
+	if c, ok := opts["COMPRESSION"]; ok {
+		if comp, err = frame.ParseCompression(c); err != nil {
+			// Unknown compression: let the upstream refuse it in its words.
+			comp = frame.CompressionNone
+		}
+	}
+	_, optIn := opts[rateLimitKey]
+	s.mu.Lock()
+	s.compression, s.rateLimitOptIn = comp, optIn
+	s.mu.Unlock()
+	s.reqCompression = comp
+	if optIn && !s.upstreamRateLimit {
+		return startupWithout(f, opts, rateLimitKey)
+	}
+	return f, nil
+}
+
+// classifyTopology reports whether a QUERY, PREPARE or EXECUTE reads a
+// topology table whose rows the proxy rewrites: what to do with the reply,
+// which table a PREPARE reads, and what is known of an EXECUTE's statement.
+func (s *session) classifyTopology(f []byte, h frame.Header) (reply, reply, *preparedTopology) {
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var err error
+		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return replyForward, replyForward, nil // the upstream will say what is wrong
+		}
+	}
+	body = skipRequestPrefix(body, h)
+	if h.Opcode == frame.OpExecute {
+		id, err := frame.PreparedID(body)
+		if err != nil {
+			return replyForward, replyForward, nil
+		}
+		if p := s.p.topo.preparedTable(id); p != nil {
+			return p.table, replyForward, p
+		}
+		return replyForward, replyForward, nil
+	}
+	q, err := frame.QueryString(body)
+	if err != nil {
+		return replyForward, replyForward, nil
+	}
+	table := tableOf(q)
+	switch {
+	case table == replyForward:
+		return replyForward, replyForward, nil
+	case h.Opcode == frame.OpPrepare:
+		return replyPrepared, table, nil
+	}
+	return table, replyForward, nil
+}
+
+// skipRequestPrefix skips the tracing-free prefix a request body may carry:
+// a custom payload ([bytes map]) when its flag is set.
+func skipRequestPrefix(body []byte, h frame.Header) []byte {
+	if h.Flags&frame.FlagCustomPayload == 0 {
+		return body
+	}
+	n, ok := frame.BytesMapLen(body)
+	if !ok {
+		return nil
+	}
+	return body[n:]
+}
+
+// rewriteResponse applies what classification asked of a response.
+func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotiated frame.Compression) ([]byte, bool, error) {
+	comp := frame.CompressionNone
+	if h.Compressed() {
+		comp = negotiated
+	}
+	t := s.p.topo
+	switch {
+	case h.Opcode == frame.OpEvent:
+		return t.event(f, comp)
+	case req.reply == replySupported && h.Opcode == frame.OpSupported:
+		out, err := t.supported(f, comp)
+		return out, true, err
+	case h.Opcode != frame.OpResult:
+		return f, true, nil
+	case req.reply == replyPrepared:
+		return f, true, t.learnFromPrepared(f, comp, req.table)
+	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
+		var cols []*message.ColumnMetadata
+		if req.prepared != nil {
+			cols = req.prepared.columns
+		}
+		out, err := t.rows(f, comp, req.reply, cols)
+		return out, true, err
+	}
+	return f, true, nil
+}
+
+// answer sends the client an ERROR on stream, in place of a response from
+// the upstream. buf is the calling path's scratch buffer.
+func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg string) {
+	if v < 3 || v > 5 {
+		v = 4
+	}
+	*buf = frame.AppendError((*buf)[:0], v, stream, code, msg)
+	if err := s.toClient.Write(*buf); err != nil {
+		s.log.Debug().Err(err).Msg("cannot answer client")
+	}
+}
+
+// refuseVersion answers a frame of a protocol version cqlguard does not
+// speak the way Cassandra does, so that the driver retries with a lower one.
+func (s *session) refuseVersion(e *frame.UnsupportedVersionError) {
+	s.toClient.Write(versionError(e))
+}
+
+func (s *session) now() int64 { return int64(time.Since(s.p.epoch)) }

@@ -1,0 +1,265 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/apache/cassandra-gocql-driver/v2/lz4"
+	"github.com/apache/cassandra-gocql-driver/v2/snappy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+// fakeNode starts a fake upstream node until the test ends.
+func fakeNode(t *testing.T, addr string, opts fakenode.Options) *fakenode.Node {
+	t.Helper()
+	n, err := fakenode.Start(addr, opts)
+	if err != nil {
+		t.Fatalf("starting fake node %s: %v", addr, err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// startProxy runs a proxy for cfg (over DefaultConfig) until the test ends.
+func startProxy(t *testing.T, edit func(*Config)) *Proxy {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Admin.Listen = ""
+	edit(&cfg)
+	log := zerolog.New(io.Discard)
+	if os.Getenv("CQLGUARD_DEBUG") == "1" {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel)
+	}
+	p, err := New(cfg, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return p
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	hosts []string
+	dials []string
+	d     net.Dialer
+}
+
+func (r *recorder) Accept(h *gocql.HostInfo) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hosts = append(r.hosts, h.ConnectAddress().String())
+	return true
+}
+
+func (r *recorder) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	r.mu.Lock()
+	r.dials = append(r.dials, addr)
+	r.mu.Unlock()
+	return r.d.DialContext(ctx, network, addr)
+}
+
+func uniq(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// In node mode a driver learns the peers as the proxies in front of them,
+// and dials nothing else.
+func TestNodeModeDriverSeesOnlyProxies(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19042", fakenode.Options{Peers: []string{"127.0.0.4"}})
+	fakeNode(t, "127.0.0.4:19042", fakenode.Options{Peers: []string{"127.0.0.3"}})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Mode, c.Upstreams = "127.0.0.5:19042", ModeNode, []string{"127.0.0.3:19042"}
+		c.Peers = map[string]string{"127.0.0.4": "127.0.0.6:19042"}
+	})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19042", ModeNode, []string{"127.0.0.4:19042"}
+		c.Peers = map[string]string{"127.0.0.3": "127.0.0.5:19042"}
+	})
+
+	rec := &recorder{}
+	cluster := gocql.NewCluster("127.0.0.5")
+	cluster.Port = 19042
+	cluster.ProtoVersion = 4
+	cluster.HostFilter = rec
+	cluster.Dialer = rec
+	cluster.DisableInitialHostLookup = false
+	s, err := cluster.CreateSession()
+	if err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	defer s.Close()
+	var rpc string
+	if err := s.Query("SELECT rpc_address FROM system.local").Scan(&rpc); err != nil {
+		t.Fatalf("system.local: %v", err)
+	}
+	// Let the pool reach the peer.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && len(uniq(rec.dials)) < 2 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if got, want := uniq(rec.hosts), []string{"127.0.0.5", "127.0.0.6"}; !slices.Equal(got, want) {
+		t.Errorf("driver learned hosts %v, want the proxies %v", got, want)
+	}
+	if got, want := uniq(rec.dials), []string{"127.0.0.5:19042", "127.0.0.6:19042"}; !slices.Equal(got, want) {
+		t.Errorf("driver dialed %v, want the proxies %v", got, want)
+	}
+}
+
+// In cluster mode a driver sees the proxy as the only node, owning the
+// whole ring, in every protocol version and compression.
+func TestClusterModeTopology(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19043", fakenode.Options{Peers: []string{"127.0.0.4"}})
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.5:19043", []string{"127.0.0.3:19043"}
+	})
+	for _, tc := range []struct {
+		proto int
+		comp  gocql.Compressor
+	}{
+		{3, nil}, {4, nil}, {4, lz4.LZ4Compressor{}}, {4, snappy.SnappyCompressor{}}, {5, nil}, {5, lz4.LZ4Compressor{}},
+	} {
+		name := "none"
+		if tc.comp != nil {
+			name = tc.comp.Name()
+		}
+		t.Run(fmt.Sprintf("v%d-%s", tc.proto, name), func(t *testing.T) {
+			rec := &recorder{}
+			cluster := gocql.NewCluster("127.0.0.5")
+			cluster.Port = 19043
+			cluster.ProtoVersion = tc.proto
+			cluster.Compressor = tc.comp
+			cluster.HostFilter = rec
+			cluster.Dialer = rec
+			s, err := cluster.CreateSession()
+			if err != nil {
+				t.Fatalf("CreateSession: %v", err)
+			}
+			defer s.Close()
+			var rpc, broadcast net.IP
+			var hostID gocql.UUID
+			var tokens []string
+			if err := s.Query("SELECT rpc_address, broadcast_address, host_id, tokens FROM system.local").Scan(&rpc, &broadcast, &hostID, &tokens); err != nil {
+				t.Fatalf("system.local: %v", err)
+			}
+			if rpc.String() != "127.0.0.5" || broadcast.String() != "127.0.0.5" {
+				t.Errorf("rpc_address %s, broadcast_address %s; want the proxy", rpc, broadcast)
+			}
+			if hostID != gocql.UUID(p.topo.hostID) {
+				t.Errorf("host_id %s is not the proxy's", hostID)
+			}
+			if !slices.Equal(tokens, []string{wholeRing}) {
+				t.Errorf("tokens %v, want the whole ring", tokens)
+			}
+			// A prepared topology query is rewritten too.
+			if err := s.Query("SELECT rpc_address FROM system.local WHERE key = ?", "local").Scan(&rpc); err != nil || rpc.String() != "127.0.0.5" {
+				t.Errorf("prepared system.local: %s, %v", rpc, err)
+			}
+			n := s.Query("SELECT peer FROM system.peers").Iter().NumRows()
+			if n != 0 {
+				t.Errorf("system.peers has %d rows, want none", n)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if got := uniq(rec.hosts); !slices.Equal(got, []string{"127.0.0.5"}) {
+				t.Errorf("driver learned hosts %v, want the proxy only", got)
+			}
+		})
+	}
+}
+
+// rawConn dials the proxy for tests that speak bytes.
+func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func errorOf(t *testing.T, h frame.Header, body []byte) (int32, string) {
+	t.Helper()
+	if h.Opcode != frame.OpError || len(body) < 6 {
+		t.Fatalf("want ERROR, got %s", h.Opcode)
+	}
+	n := binary.BigEndian.Uint16(body[4:6])
+	return int32(binary.BigEndian.Uint32(body)), string(body[6 : 6+n])
+}
+
+// Bad input gets a protocol error, and the connection goes on where it can.
+func TestBadFrames(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19044", fakenode.Options{})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.5:19044", []string{"127.0.0.3:19044"}
+		c.MaxFrameBytes = 1024
+	})
+
+	t.Run("too large, then usable", func(t *testing.T) {
+		c := rawConn(t, "127.0.0.5:19044")
+		big := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 3, Opcode: frame.OpQuery, Length: 4096})
+		big = append(big, make([]byte, 4096)...)
+		options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 4, Opcode: frame.OpOptions})
+		c.Write(append(big, options...))
+		r := frame.NewReader(bufio.NewReader(c), 1<<20)
+		f, h, err := r.Next()
+		if err != nil || h.Stream != 3 || h.Opcode != frame.OpError {
+			t.Fatalf("want ERROR on stream 3, got %v %v", h, err)
+		}
+		code, msg := errorOf(t, h, f[frame.HeaderSize:])
+		if code != frame.ErrCodeProtocol || !strings.Contains(msg, "exceeds") {
+			t.Errorf("got %#x %q", code, msg)
+		}
+		_, h, err = r.Next()
+		if err != nil || h.Stream != 4 || h.Opcode != frame.OpSupported {
+			t.Fatalf("after the refused frame want SUPPORTED on stream 4, got %v %v", h, err)
+		}
+	})
+
+	for _, v := range []byte{1, 2, 6, 0x41} {
+		t.Run("version "+string('0'+v), func(t *testing.T) {
+			c := rawConn(t, "127.0.0.5:19044")
+			c.Write([]byte{v, 0, 0, 1, byte(frame.OpOptions), 0, 0, 0, 0})
+			b, _ := io.ReadAll(c)
+			if len(b) < 8 || b[0]&0x80 == 0 {
+				t.Fatalf("want an ERROR response, got % x", b)
+			}
+			if !bytes.Contains(b, []byte("Invalid or unsupported protocol version")) {
+				t.Errorf("message missing: %q", b)
+			}
+		})
+	}
+}

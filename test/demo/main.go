@@ -1,0 +1,134 @@
+// Command demo runs a short workload through cqlguard: many clients reading
+// and writing uniformly spread partitions, and a few hammering one hot
+// partition. It prints per-second outcomes and the proxy's own counts.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+func main() {
+	proxyAddr := flag.String("proxy", "127.0.0.1:9042", "cqlguard address")
+	admin := flag.String("admin", "http://127.0.0.1:9180", "cqlguard admin URL")
+	seconds := flag.Int("seconds", 10, "how long to run")
+	flag.Parse()
+	if err := run(*proxyAddr, *admin, *seconds); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+// outcome counts requests by result.
+type outcome struct{ ok, limited, failed atomic.Int64 }
+
+func run(proxyAddr, admin string, seconds int) error {
+	host, port, _ := strings.Cut(proxyAddr, ":")
+	c := gocql.NewCluster(host)
+	fmt.Sscan(port, &c.Port)
+	c.Authenticator = gocql.PasswordAuthenticator{Username: "cassandra", Password: "cassandra"}
+	c.Consistency = gocql.One
+	c.Timeout = 10 * time.Second
+	s, err := c.CreateSession()
+	if err != nil {
+		return fmt.Errorf("connecting through cqlguard: %w", err)
+	}
+	defer s.Close()
+	for _, stmt := range []string{
+		"CREATE KEYSPACE IF NOT EXISTS cqlguard_demo WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+		"CREATE TABLE IF NOT EXISTS cqlguard_demo.kv (k int PRIMARY KEY, v text)",
+	} {
+		if err := s.Query(stmt).Exec(); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+
+	var uniform, hot outcome
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	worker := func(o *outcome, key func() int) {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := key()
+			var err error
+			if rand.IntN(2) == 0 {
+				err = s.Query("INSERT INTO cqlguard_demo.kv (k, v) VALUES (?, ?)", k, "value").Exec()
+			} else {
+				var v string
+				err = s.Query("SELECT v FROM cqlguard_demo.kv WHERE k = ?", k).Scan(&v)
+				if errors.Is(err, gocql.ErrNotFound) {
+					err = nil
+				}
+			}
+			var re gocql.RequestError
+			switch {
+			case err == nil:
+				o.ok.Add(1)
+			case errors.As(err, &re) && (re.Code() == 0xF000 || re.Code() == 0x2300):
+				o.limited.Add(1)
+			default:
+				o.failed.Add(1)
+			}
+		}
+	}
+	for range 16 {
+		wg.Add(1)
+		go worker(&uniform, func() int { return rand.IntN(100000) })
+	}
+	for range 8 {
+		wg.Add(1)
+		go worker(&hot, func() int { return 42 })
+	}
+
+	fmt.Printf("%4s  %24s  %24s\n", "", "uniform (16 clients)", "hot key 42 (8 clients)")
+	fmt.Printf("%4s  %8s %7s %7s  %8s %7s %7s\n", "sec", "ok/s", "limited", "failed", "ok/s", "limited", "failed")
+	var prevU, prevH [3]int64
+	snap := func(o *outcome) [3]int64 { return [3]int64{o.ok.Load(), o.limited.Load(), o.failed.Load()} }
+	for sec := 1; sec <= seconds; sec++ {
+		time.Sleep(time.Second)
+		u, h := snap(&uniform), snap(&hot)
+		fmt.Printf("%4d  %8d %7d %7d  %8d %7d %7d\n", sec,
+			u[0]-prevU[0], u[1]-prevU[1], u[2]-prevU[2], h[0]-prevH[0], h[1]-prevH[1], h[2]-prevH[2])
+		prevU, prevH = u, h
+	}
+	close(stop)
+	wg.Wait()
+	u, h := snap(&uniform), snap(&hot)
+	fmt.Printf("total uniform: %d ok, %d limited, %d failed; hot: %d ok, %d limited, %d failed\n",
+		u[0], u[1], u[2], h[0], h[1], h[2])
+	return printProxyCounts(admin)
+}
+
+// printProxyCounts shows the proxy's own view from its metrics.
+func printProxyCounts(admin string) error {
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		return fmt.Errorf("reading cqlguard metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	fmt.Println("cqlguard metrics:")
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "cqlguard_") && !strings.Contains(line, "_bucket") {
+			fmt.Println("  " + line)
+		}
+	}
+	return sc.Err()
+}
