@@ -149,3 +149,40 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecompressor(f *testing.F) {
+	var z Compressor
+	text := bytes.Repeat([]byte("SELECT * FROM ks.t WHERE k = 1;"), 20)
+	f.Add(uint8(CompressionLZ4), z.AppendBody(nil, CompressionLZ4, text))
+	f.Add(uint8(CompressionSnappy), z.AppendBody(nil, CompressionSnappy, text))
+	f.Add(uint8(CompressionLZ4), []byte{0xff, 0xff, 0xff, 0xff, 0})
+	f.Fuzz(func(t *testing.T, c uint8, body []byte) {
+		var d Decompressor
+		out, err := d.Body(Compression(c%3), body, 1<<16)
+		if err == nil && c%3 != 0 && len(out) > 1<<16 {
+			t.Fatalf("%d bytes decompressed past the maximum", len(out))
+		}
+	})
+}
+
+func TestCompressorRoundTrip(t *testing.T) {
+	var z Compressor
+	var d Decompressor
+	for _, c := range []Compression{CompressionNone, CompressionLZ4, CompressionSnappy} {
+		for _, body := range [][]byte{nil, []byte("x"), bytes.Repeat([]byte("abc"), 10000), {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}} {
+			out, err := d.Body(c, z.AppendBody(nil, c, body), 1<<20)
+			if err != nil || !bytes.Equal(out, body) {
+				t.Errorf("compression %d, %d bytes: %v", c, len(body), err)
+			}
+		}
+	}
+	if _, err := d.Body(CompressionLZ4, []byte{0, 0x10, 0, 0, 0}, 1<<10); err == nil {
+		t.Error("LZ4 length over the maximum accepted")
+	}
+	if _, err := ParseCompression("LZ4"); err != nil {
+		t.Error("names are case-insensitive")
+	}
+	if _, err := ParseCompression("zstd"); err == nil {
+		t.Error("unknown compression accepted")
+	}
+}

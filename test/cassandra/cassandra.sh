@@ -1,64 +1,164 @@
 #!/usr/bin/env bash
-# Fetches, configures, starts and stops a single-node Apache Cassandra 5 for
-# the tests and the demo, bound to one loopback address.
+# Fetches, configures, starts and stops a single-node Apache Cassandra 5.0 for
+# the tests and the demo, bound entirely to one loopback address.
 #
 #   cassandra.sh fetch          download Cassandra's jars from Maven Central (once)
 #   cassandra.sh start          start it (fetching first) and wait until logins work
 #   cassandra.sh stop [--wipe]  stop it; --wipe also deletes its data
+#   cassandra.sh wipe           same as stop --wipe
 #   cassandra.sh status         exit 0 if it runs and answers
+#   cassandra.sh cqlsh-check    log in as cassandra/cassandra, print release_version
 #
-# Environment: CASSANDRA_ADDR (127.0.0.2), CASSANDRA_PORT (9042),
-# CQLGUARD_CACHE (~/.cache/cqlguard), CASSANDRA_DATA (under the cache).
-# Logins: cassandra/cassandra (PasswordAuthenticator).
+# Environment (defaults in brackets):
+#   CASSANDRA_ADDR [127.0.0.2]  listen, rpc and seed address (any 127.x works on Linux)
+#   CASSANDRA_PORT [9042]       native (CQL) port
+#   CASSANDRA_STORAGE_PORT [7000]  internode port, on CASSANDRA_ADDR
+#   CASSANDRA_JMX_PORT []       JMX on 127.0.0.1:<port>; empty means no JMX (no nodetool)
+#   CASSANDRA_HEAP [1G]         -Xms/-Xmx
+#   CASSANDRA_START_TIMEOUT [180]  seconds start waits for a login to work
+#   CQLGUARD_CACHE [~/.cache/cqlguard]  jars, probe binary and default data
+#   CASSANDRA_DATA [$CQLGUARD_CACHE/data-<addr>-<port>]  data, cassandra.yaml,
+#                               cassandra.log and cassandra.pid
+# The superuser is cassandra/cassandra (PasswordAuthenticator, CassandraAuthorizer).
+# Needs Java 17 and Maven (installed with apt-get when missing) and Go (for the
+# login probe in probe/).
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 addr=${CASSANDRA_ADDR:-127.0.0.2}
 port=${CASSANDRA_PORT:-9042}
+storage_port=${CASSANDRA_STORAGE_PORT:-7000}
+jmx_port=${CASSANDRA_JMX_PORT:-}
+heap=${CASSANDRA_HEAP:-1G}
+start_timeout=${CASSANDRA_START_TIMEOUT:-180}
 cache=${CQLGUARD_CACHE:-$HOME/.cache/cqlguard}
 version=$(sed -n 's:.*<cassandra.version>\(.*\)</cassandra.version>.*:\1:p' "$here/pom.xml")
-lib="$cache/cassandra-$version/lib"
+home="$cache/cassandra-$version"
+lib="$home/lib"
 data=${CASSANDRA_DATA:-$cache/data-$addr-$port}
 pidfile="$data/cassandra.pid"
 logfile="$data/cassandra.log"
+probe="$cache/bin/cqlguard-probe"
 
 die() { echo "cassandra.sh: $*" >&2; exit 1; }
 
-need_tools() {
-  local missing=()
-  command -v java >/dev/null && java -version 2>&1 | grep -q '"17' || missing+=(openjdk-17-jre-headless)
-  command -v mvn >/dev/null || missing+=(maven)
-  if ((${#missing[@]})); then
-    echo "cassandra.sh: installing ${missing[*]}" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
+[ -n "$version" ] || die "no <cassandra.version> in $here/pom.xml"
+
+# lock serialises start, stop and fetch between concurrent callers.
+lock() {
+  mkdir -p "$(dirname "$1")"
+  exec 9>"$1"
+  flock 9
 }
+
+# --- tools -------------------------------------------------------------------
+
+apt_install() {
+  command -v apt-get >/dev/null || die "$* missing and no apt-get here: install $* by hand"
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || die "$* missing: install them as root (apt-get install $*)"
+    sudo=(sudo)
+  fi
+  echo "cassandra.sh: installing $* with apt-get" >&2
+  "${sudo[@]}" apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "$@" >/dev/null
+}
+
+java_major() { "$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p'; }
+
+# find_java sets java to a Java 17 binary: $JAVA_HOME, PATH, /usr/lib/jvm.
+find_java() {
+  local c
+  for c in ${JAVA_HOME:+"$JAVA_HOME/bin/java"} "$(command -v java || true)" /usr/lib/jvm/java-17-openjdk*/bin/java; do
+    if [ -n "$c" ] && [ -x "$c" ] && [ "$(java_major "$c")" = 17 ]; then java=$c; return 0; fi
+  done
+  return 1
+}
+
+need_java() {
+  find_java && return 0
+  apt_install openjdk-17-jdk-headless
+  find_java || die "no Java 17 found after installing openjdk-17-jdk-headless"
+}
+
+need_mvn() {
+  command -v mvn >/dev/null || apt_install maven
+}
+
+# --- fetch -------------------------------------------------------------------
 
 fetch() {
   [ -f "$lib/cassandra-all-$version.jar" ] && return 0
-  need_tools
-  mkdir -p "$lib.tmp" "$cache"
-  if ! (cd "$here" && mvn -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$lib.tmp" >"$cache/fetch.log" 2>&1); then
-    tail -20 "$cache/fetch.log" >&2
-    die "fetching Cassandra $version from Maven Central failed; log: $cache/fetch.log"
+  lock "$cache/fetch.lock"
+  [ -f "$lib/cassandra-all-$version.jar" ] && return 0
+  need_java
+  need_mvn
+  mkdir -p "$home"
+  local tmp
+  tmp=$(mktemp -d "$home/fetch.XXXXXX")
+  # JAVA_HOME for mvn: the JDK that holds the Java 17 binary found above.
+  if ! JAVA_HOME=$(dirname "$(dirname "$(readlink -f "$java")")") \
+      mvn -B -q -f "$here/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$tmp/lib" >"$home/fetch.log" 2>&1 ||
+      [ ! -f "$tmp/lib/cassandra-all-$version.jar" ]; then
+    rm -rf "$tmp"
+    tail -20 "$home/fetch.log" >&2
+    die "fetching Cassandra $version from Maven Central failed; log: $home/fetch.log"
   fi
-  rm -rf "$lib" && mv "$lib.tmp" "$lib"
+  rm -rf "$lib"
+  mv "$tmp/lib" "$lib"
+  rm -rf "$tmp"
 }
 
-running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+# --- probes ------------------------------------------------------------------
 
-# answers reports whether the native port accepts a login as cassandra.
-probe="$cache/bin/cqlguard-probe"
+# running: the pid file names a live Cassandra using this data directory.
+running() {
+  [ -f "$pidfile" ] || return 1
+  local pid
+  pid=$(cat "$pidfile" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  if [ -r "/proc/$pid/cmdline" ]; then
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$data/cassandra.yaml" || return 1
+  fi
+}
+
+# port_open host port: something accepts TCP connections there.
+port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
+
+# build_probe (re)builds probe/ when its binary is missing or older than its sources.
+build_probe() {
+  if [ -x "$probe" ] && [ "$probe" -nt "$here/probe/main.go" ] &&
+    [ "$probe" -nt "$root/go.mod" ] && [ "$probe" -nt "$root/go.sum" ]; then
+    return 0
+  fi
+  command -v go >/dev/null || die "go is needed to build the login probe (test/cassandra/probe)"
+  mkdir -p "$(dirname "$probe")"
+  local out
+  if ! out=$(cd "$root" && go build -o "$probe.tmp.$$" ./test/cassandra/probe 2>&1); then
+    rm -f "$probe.tmp.$$"
+    echo "$out" >&2
+    die "building the login probe (test/cassandra/probe) failed"
+  fi
+  mv -f "$probe.tmp.$$" "$probe"
+}
+
+# answers: the native port is open and cassandra/cassandra can log in and query.
 answers() {
-  [ -x "$probe" ] || (cd "$root" && go build -o "$probe" ./test/cassandra/probe) || die "building the probe failed"
+  port_open "$addr" "$port" || return 1
+  build_probe
   "$probe" -addr "$addr:$port" >/dev/null 2>&1
 }
 
+# --- start -------------------------------------------------------------------
+
 write_config() {
   mkdir -p "$data"
+  # num_tokens must not change once a data directory exists.
   cat >"$data/cassandra.yaml" <<YAML
+# Written by test/cassandra/cassandra.sh on every start; edits are lost.
 cluster_name: cqlguard-test
 num_tokens: 16
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
@@ -66,12 +166,14 @@ endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "$addr:7000"
+      - seeds: "$addr:$storage_port"
 listen_address: $addr
 rpc_address: $addr
+storage_port: $storage_port
 native_transport_port: $port
-storage_port: 7000
 start_native_transport: true
+native_transport_max_frame_size: 256MiB
+native_transport_max_requests_per_second: 1000000
 authenticator: PasswordAuthenticator
 authorizer: CassandraAuthorizer
 role_manager: CassandraRoleManager
@@ -83,34 +185,38 @@ cdc_raw_directory: $data/cdc_raw
 commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 auto_snapshot: false
-native_transport_max_frame_size: 256MiB
-native_transport_max_requests_per_second: 1000000
+hinted_handoff_enabled: false
+concurrent_reads: 16
+concurrent_writes: 16
+concurrent_compactors: 1
 read_request_timeout: 10000ms
 write_request_timeout: 10000ms
 range_request_timeout: 20000ms
 request_timeout: 20000ms
-concurrent_reads: 16
-concurrent_writes: 16
 YAML
+  cat >"$data/logback.xml" <<'XML'
+<configuration scan="false">
+  <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%-5level [%thread] %date{ISO8601} %logger{0} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="STDOUT"/></root>
+</configuration>
+XML
 }
 
-start() {
-  if running && answers; then return 0; fi
-  running && stop
-  fetch
-  need_tools
-  write_config
+launch() {
   local jamm
-  jamm=$(ls "$lib"/jamm-*.jar | head -1)
+  jamm=$(ls "$lib"/jamm-*.jar 2>/dev/null | head -1)
+  [ -n "$jamm" ] || die "no jamm jar in $lib: run '$0 fetch' again after deleting $home"
   local opts=(
-    -Xms1G -Xmx1G -XX:+UseG1GC -Xss512k
+    -Xms"$heap" -Xmx"$heap" -XX:+UseG1GC -Xss512k -XX:+PerfDisableSharedMem
     -javaagent:"$jamm"
     -Dcassandra.config=file://"$data/cassandra.yaml"
+    -Dlogback.configurationFile="$data/logback.xml"
     -Dcassandra-foreground=true
     -Dcassandra.storagedir="$data"
     -Dcassandra.logdir="$data"
-    -Dcassandra.jmx.local.port=7199
-    -Dcom.sun.management.jmxremote.host=127.0.0.1
+    -Djava.net.preferIPv4Stack=true
     -Dcassandra.skip_wait_for_gossip_to_settle=0
     -Dcassandra.ring_delay_ms=100
     -Dcassandra.superuser_setup_delay_ms=0
@@ -141,39 +247,124 @@ start() {
     --add-opens java.base/java.lang=ALL-UNNAMED
     --add-opens java.base/java.util=ALL-UNNAMED
   )
-  nohup java "${opts[@]}" -cp "$lib/*" org.apache.cassandra.service.CassandraDaemon >"$logfile" 2>&1 &
-  echo $! >"$pidfile"
-  local deadline=$((SECONDS + 180))
+  if [ -n "$jmx_port" ]; then
+    opts+=(-Dcassandra.jmx.local.port="$jmx_port" -Djava.rmi.server.hostname=127.0.0.1)
+  fi
+  rm -f "$pidfile"
+  # setsid: a Ctrl-C or a killed process group of the caller does not reach
+  # Cassandra; the inner shell writes its own pid, which exec hands to java.
+  setsid -f bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$pidfile" \
+    "$java" "${opts[@]}" -cp "$lib/*" org.apache.cassandra.service.CassandraDaemon \
+    </dev/null >"$logfile" 2>&1
+  local i
+  for i in $(seq 50); do [ -s "$pidfile" ] && return 0; sleep 0.1; done
+  die "Cassandra did not start (no pid file $pidfile); log: $logfile"
+}
+
+# wait_ready waits until a login works, the process dies or the time is up.
+wait_ready() {
+  local deadline=$((SECONDS + start_timeout))
   until answers; do
     if ! running; then
-      tail -40 "$logfile" >&2
-      die "Cassandra exited during start; log: $logfile"
+      tail -40 "$logfile" >&2 || true
+      rm -f "$pidfile"
+      die "Cassandra exited during start; log above and in $logfile"
     fi
-    if ((SECONDS > deadline)); then
-      tail -40 "$logfile" >&2
-      die "Cassandra did not answer on $addr:$port within 180 s; log: $logfile"
+    if ((SECONDS >= deadline)); then
+      tail -40 "$logfile" >&2 || true
+      stop_locked
+      die "Cassandra did not accept a login on $addr:$port within $start_timeout s, stopped it; log: $logfile"
     fi
     sleep 1
   done
-  echo "cassandra $version up on $addr:$port (data $data)"
+}
+
+start() {
+  fetch
+  need_java
+  build_probe
+  lock "$data.lock"
+  if running; then
+    # Ours and alive: a no-op, or still booting: wait for it.
+    answers || wait_ready
+    return 0
+  fi
+  local p
+  for p in "$port" "$storage_port" $jmx_port; do
+    if port_open "$addr" "$p" || { [ "$p" = "$jmx_port" ] && port_open 127.0.0.1 "$p"; }; then
+      die "port $p on $addr is taken by another process (a Cassandra with another data directory?); see: ss -ltnp"
+    fi
+  done
+  write_config
+  local t0=$SECONDS
+  launch
+  wait_ready
+  echo "cassandra $version up on $addr:$port in $((SECONDS - t0)) s (pid $(cat "$pidfile"), data $data)"
+}
+
+# --- stop --------------------------------------------------------------------
+
+stop_locked() {
+  if running; then
+    local pid i
+    pid=$(cat "$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "cassandra.sh: Cassandra (pid $pid) ignored SIGTERM for 60 s, killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+      for i in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    fi
+  fi
+  rm -f "$pidfile"
 }
 
 stop() {
-  if running; then
-    local pid
-    pid=$(cat "$pidfile")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$pid" 2>/dev/null || true
+  local wipe=
+  case "${1:-}" in
+    "") ;;
+    --wipe) wipe=1 ;;
+    *) die "usage: cassandra.sh stop [--wipe]" ;;
+  esac
+  [ -d "$data" ] || return 0
+  lock "$data.lock"
+  stop_locked
+  if [ -n "$wipe" ]; then rm -rf "$data"; fi
+}
+
+# --- status ------------------------------------------------------------------
+
+status() {
+  if ! running; then
+    echo "cassandra.sh: not running (data $data)" >&2
+    return 1
   fi
-  rm -f "$pidfile"
-  if [ "${1:-}" = --wipe ]; then rm -rf "$data"; fi
+  if ! answers; then
+    echo "cassandra.sh: running (pid $(cat "$pidfile")) but no login on $addr:$port yet; log: $logfile" >&2
+    return 1
+  fi
+  echo "cassandra $version running on $addr:$port (pid $(cat "$pidfile"))"
+}
+
+cqlsh_check() {
+  build_probe
+  local out err
+  err=$(mktemp)
+  if ! out=$("$probe" -addr "$addr:$port" 2>"$err"); then
+    cat "$err" >&2
+    rm -f "$err"
+    die "cannot log in as cassandra/cassandra and query $addr:$port"
+  fi
+  rm -f "$err"
+  echo "cassandra $out answers on $addr:$port as cassandra/cassandra"
 }
 
 case "${1:-}" in
   fetch) fetch ;;
   start) start ;;
-  stop) shift; stop "${1:-}" ;;
-  status) running && answers ;;
-  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|status" ;;
+  stop) shift; stop "$@" ;;
+  wipe) stop --wipe ;;
+  status) status ;;
+  cqlsh-check) cqlsh_check ;;
+  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|wipe|status|cqlsh-check" ;;
 esac

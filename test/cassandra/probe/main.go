@@ -1,5 +1,6 @@
-// Command probe exits 0 when a CQL node accepts a login and answers a query;
-// test/cassandra/cassandra.sh uses it to wait for Cassandra.
+// Command probe exits 0 and prints release_version when a CQL node accepts a
+// login and answers a query; test/cassandra/cassandra.sh uses it to wait for
+// Cassandra and for its cqlsh-check.
 package main
 
 import (
@@ -18,27 +19,34 @@ func main() {
 	user := flag.String("user", "cassandra", "login")
 	password := flag.String("password", "cassandra", "password")
 	flag.Parse()
-	host, port, err := net.SplitHostPort(*addr)
+	host, portStr, err := net.SplitHostPort(*addr)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		fail(err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		fail(err)
 	}
 	c := gocql.NewCluster(host)
-	c.Port, _ = strconv.Atoi(port)
+	c.Port = port
 	c.Authenticator = gocql.PasswordAuthenticator{Username: *user, Password: *password}
-	c.ConnectTimeout = 2 * time.Second
+	c.ConnectTimeout = 3 * time.Second
 	c.Timeout = 5 * time.Second
+	c.NumConns = 1
 	c.DisableInitialHostLookup = true
 	s, err := c.CreateSession()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		fail(err)
 	}
 	defer s.Close()
 	var v string
 	if err := s.Query("SELECT release_version FROM system.local").Scan(&v); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		fail(err)
 	}
 	fmt.Println(v)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "probe:", err)
+	os.Exit(1)
 }
