@@ -211,6 +211,7 @@ type session struct {
 
 	upstreamRateLimit bool              // the upstream advertised the rate-limit error
 	handshake         chan bool         // v5: true once the upstream switched to segments
+	awaitingV5        atomic.Bool       // a v5 STARTUP waits for its answer
 	reqCompression    frame.Compression // the request path's own copy of compression
 
 	mu             sync.Mutex // guards what both paths use
@@ -339,6 +340,7 @@ func (s *session) serveRequests() error {
 				continue
 			}
 			req.reply = replyStartup
+			s.awaitingV5.Store(h.Version >= 5)
 		case frame.OpOptions:
 			req.reply = replySupported
 		case frame.OpQuery, frame.OpPrepare, frame.OpExecute:
@@ -424,7 +426,9 @@ func (s *session) serveResponses() error {
 			return err
 		}
 
-		if req.reply == replyStartup && h.Version >= 5 {
+		// Cassandra answers a version it does not speak on stream 0,
+		// whatever stream the STARTUP used.
+		if s.awaitingV5.Load() && (req.reply == replyStartup || h.Opcode == frame.OpError && h.Stream == 0) {
 			// READY and AUTHENTICATE are the last plain frames; what follows,
 			// both ways, travels in segments.
 			segments := h.Opcode == frame.OpReady || h.Opcode == frame.OpAuthenticate
@@ -434,6 +438,7 @@ func (s *session) serveResponses() error {
 				s.toUpstream.UseSegments(lz4)
 				s.fromUpstream.UseSegments(lz4)
 			}
+			s.awaitingV5.Store(false)
 			s.handshake <- segments
 		}
 		if idle {

@@ -36,17 +36,21 @@ func fakeNode(t *testing.T, addr string, opts fakenode.Options) *fakenode.Node {
 	return n
 }
 
+// testLogger discards logs unless CQLGUARD_DEBUG=1.
+func testLogger() zerolog.Logger {
+	if os.Getenv("CQLGUARD_DEBUG") == "1" {
+		return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel)
+	}
+	return zerolog.New(io.Discard)
+}
+
 // startProxy runs a proxy for cfg (over DefaultConfig) until the test ends.
 func startProxy(t *testing.T, edit func(*Config)) *Proxy {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
 	edit(&cfg)
-	log := zerolog.New(io.Discard)
-	if os.Getenv("CQLGUARD_DEBUG") == "1" {
-		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel)
-	}
-	p, err := New(cfg, log, prometheus.NewRegistry())
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

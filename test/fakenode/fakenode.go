@@ -18,6 +18,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/datastax/go-cassandra-native-protocol/datatype"
 	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
@@ -33,6 +34,12 @@ type Options struct {
 	Peers []string
 	// Supported are SUPPORTED options added to the node's own.
 	Supported map[string][]string
+	// MaxVersion is the highest protocol version the node speaks (default 5);
+	// frames of higher versions get a protocol error, as Cassandra sends.
+	MaxVersion uint8
+	// SlowQuery makes queries containing it wait SlowFor before answering.
+	SlowQuery string
+	SlowFor   time.Duration
 }
 
 // Node is a running fake node.
@@ -182,6 +189,15 @@ func (c *conn) serve() {
 			}
 		}
 		v := primitive.ProtocolVersion(h.Version)
+		if max := c.node.opts.MaxVersion; max != 0 && h.Version > max {
+			msg := fmt.Sprintf("Invalid or unsupported protocol version (%d); highest supported version is %d", h.Version, max)
+			c.wmu.Lock()
+			// Like Cassandra, answer on stream 0: the frame cannot be trusted.
+			c.writeRawLocked(frame.AppendError(nil, max, 0, frame.ErrCodeProtocol, msg))
+			c.bw.Flush()
+			c.wmu.Unlock()
+			continue
+		}
 		c.wmu.Lock()
 		c.version = v
 		switch h.Opcode {
@@ -212,6 +228,9 @@ func (c *conn) serve() {
 			c.writeLocked(pframe.NewFrame(v, h.Stream, &message.Ready{}))
 		case frame.OpQuery:
 			q, _ := frame.QueryString(body)
+			if slow := c.node.opts.SlowQuery; slow != "" && bytes.Contains(q, []byte(slow)) {
+				time.Sleep(c.node.opts.SlowFor)
+			}
 			c.writeLocked(pframe.NewFrame(v, h.Stream, c.node.answer(string(q), v, false)))
 		case frame.OpPrepare:
 			q, _ := frame.QueryString(body)

@@ -1,0 +1,283 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+// rawClient speaks frames to the proxy, encoding and decoding them with the
+// oracle's codec, so that tests see exactly what crosses the wire.
+type rawClient struct {
+	t    *testing.T
+	c    net.Conn
+	r    *frame.Reader
+	v    primitive.ProtocolVersion
+	segs *frame.SegmentWriter
+}
+
+func dialRaw(t *testing.T, addr string, v primitive.ProtocolVersion) *rawClient {
+	c := rawConn(t, addr)
+	return &rawClient{t: t, c: c, r: frame.NewReader(bufio.NewReader(c), frame.MaxBodySize), v: v}
+}
+
+func (c *rawClient) send(stream int16, msg message.Message) {
+	c.t.Helper()
+	var b bytes.Buffer
+	if err := pframe.NewCodec().EncodeFrame(pframe.NewFrame(c.v, stream, msg), &b); err != nil {
+		c.t.Fatal(err)
+	}
+	out := b.Bytes()
+	if c.segs != nil {
+		out = c.segs.AppendFrames(nil, out)
+	}
+	if _, err := c.c.Write(out); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *rawClient) recv() *pframe.Frame {
+	c.t.Helper()
+	f, _, err := c.r.Next()
+	if err != nil {
+		c.t.Fatalf("reading from the proxy: %v", err)
+	}
+	out, err := pframe.NewCodec().DecodeFrame(bytes.NewReader(f))
+	if err != nil {
+		c.t.Fatalf("decoding %x: %v", f, err)
+	}
+	return out
+}
+
+// startup completes the handshake, switching to segments on v5.
+func (c *rawClient) startup(opts map[string]string) {
+	c.t.Helper()
+	if opts == nil {
+		opts = map[string]string{}
+	}
+	opts["CQL_VERSION"] = "3.0.0"
+	c.send(0, &message.Startup{Options: opts})
+	if f := c.recv(); f.Header.OpCode != primitive.OpCodeReady {
+		c.t.Fatalf("STARTUP answered with %v", f.Body.Message)
+	}
+	if c.v >= 5 {
+		c.segs = frame.NewSegmentWriter(false)
+		c.r.UseSegments(false)
+	}
+}
+
+func TestSupportedAndStartupOptIn(t *testing.T) {
+	plain := fakeNode(t, "127.0.0.3:19045", fakenode.Options{Supported: map[string][]string{
+		"SCYLLA_SHARD": {"3"}, "SCYLLA_NR_SHARDS": {"8"}, "SCYLLA_SHARD_AWARE_PORT": {"19042"},
+		"TABLETS_ROUTING_V1": {""}, "SCYLLA_LWT_ADD_METADATA_MARK": {"LWT_OPTIMIZATION_META_BIT_MASK=2147483648"},
+	}})
+	scylla := fakeNode(t, "127.0.0.4:19045", fakenode.Options{Supported: map[string][]string{
+		rateLimitKey: {"ERROR_CODE=61440"}}})
+	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19045", []string{"127.0.0.3:19045"} })
+	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.6:19045", []string{"127.0.0.4:19045"} })
+
+	c := dialRaw(t, "127.0.0.5:19045", 4)
+	c.send(1, &message.Options{})
+	sup := c.recv().Body.Message.(*message.Supported).Options
+	if got := sup[rateLimitKey]; len(got) != 1 || got[0] != "ERROR_CODE=61440" {
+		t.Errorf("%s = %v, want ERROR_CODE=61440", rateLimitKey, got)
+	}
+	for _, k := range []string{"SCYLLA_SHARD", "SCYLLA_NR_SHARDS", "SCYLLA_SHARD_AWARE_PORT", "TABLETS_ROUTING_V1"} {
+		if _, ok := sup[k]; ok {
+			t.Errorf("SUPPORTED still has %s", k)
+		}
+	}
+	for _, k := range []string{"SCYLLA_LWT_ADD_METADATA_MARK", "COMPRESSION", "CQL_VERSION"} {
+		if _, ok := sup[k]; !ok {
+			t.Errorf("SUPPORTED lost %s", k)
+		}
+	}
+
+	// The opt-in reaches only an upstream that advertised it.
+	c.startup(map[string]string{rateLimitKey: ""})
+	if _, ok := plain.Startups()[0][rateLimitKey]; ok {
+		t.Errorf("opt-in forwarded to an upstream that does not support it")
+	}
+	c2 := dialRaw(t, "127.0.0.6:19045", 4)
+	c2.startup(map[string]string{rateLimitKey: ""})
+	if _, ok := scylla.Startups()[0][rateLimitKey]; !ok {
+		t.Errorf("opt-in not forwarded to an upstream that supports it")
+	}
+}
+
+func TestEventsFiltered(t *testing.T) {
+	node := fakeNode(t, "127.0.0.3:19046", fakenode.Options{})
+	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19046", []string{"127.0.0.3:19046"} })
+	nodeNode := fakeNode(t, "127.0.0.4:19046", fakenode.Options{})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19046", ModeNode, []string{"127.0.0.4:19046"}
+		c.Peers = map[string]string{"127.0.0.8": "127.0.0.9:19046"}
+	})
+	up := func(ip byte) message.Message {
+		return &message.StatusChangeEvent{ChangeType: primitive.StatusChangeTypeUp, Address: &primitive.Inet{Addr: net.IP{127, 0, 0, ip}, Port: 9042}}
+	}
+	schema := &message.SchemaChangeEvent{ChangeType: primitive.SchemaChangeTypeCreated, Target: primitive.SchemaChangeTargetKeyspace, Keyspace: "ks"}
+	topology := &message.TopologyChangeEvent{ChangeType: primitive.TopologyChangeTypeNewNode, Address: &primitive.Inet{Addr: net.IP{127, 0, 0, 8}, Port: 9042}}
+
+	for _, v := range []primitive.ProtocolVersion{4, 5} {
+		// Cluster mode: node events are withheld, schema events pass.
+		c := dialRaw(t, "127.0.0.5:19046", v)
+		c.startup(nil)
+		c.send(1, &message.Register{EventTypes: []primitive.EventType{primitive.EventTypeTopologyChange, primitive.EventTypeStatusChange, primitive.EventTypeSchemaChange}})
+		c.recv()
+		node.PushEvent(up(8))
+		node.PushEvent(topology)
+		node.PushEvent(schema)
+		if got := c.recv().Body.Message; !equalMessages(got, schema) {
+			t.Errorf("v%d cluster mode: first event through is %v, want the schema change", v, got)
+		}
+
+		// Node mode: events about a mapped peer name its proxy; others are withheld.
+		c = dialRaw(t, "127.0.0.6:19046", v)
+		c.startup(nil)
+		c.send(1, &message.Register{EventTypes: []primitive.EventType{primitive.EventTypeStatusChange}})
+		c.recv()
+		nodeNode.PushEvent(up(7))
+		nodeNode.PushEvent(up(8))
+		ev, ok := c.recv().Body.Message.(*message.StatusChangeEvent)
+		if !ok || ev.Address.Addr.String() != "127.0.0.9" || ev.Address.Port != 19046 {
+			t.Errorf("v%d node mode: got %v, want UP for the proxy 127.0.0.9:19046", v, ev)
+		}
+	}
+}
+
+func equalMessages(a, b message.Message) bool {
+	return reflect.DeepEqual(a, b)
+}
+
+// A driver asking for v5 of an upstream that speaks only v4 gets the
+// upstream's refusal and settles on v4.
+func TestVersionDowngrade(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19047", fakenode.Options{MaxVersion: 4})
+	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19047", []string{"127.0.0.3:19047"} })
+
+	c := dialRaw(t, "127.0.0.5:19047", 5)
+	c.send(0, &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}})
+	f, _, err := c.r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := frame.ParseHeader(f); h.Opcode != frame.OpError || !bytes.Contains(f, []byte("unsupported protocol version")) {
+		t.Fatalf("v5 STARTUP: got %s %q", h.Opcode, f)
+	}
+	// The same connection goes on in v4.
+	c.v = 4
+	c.startup(nil)
+
+	cluster := gocql.NewCluster("127.0.0.5")
+	cluster.Port = 19047
+	s, err := cluster.CreateSession()
+	if err != nil {
+		t.Fatalf("driver negotiating its version: %v", err)
+	}
+	s.Close()
+}
+
+// Shutdown lets a request in flight finish, then closes the connection.
+func TestDrainAnswersInFlight(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19048", fakenode.Options{SlowQuery: "slow", SlowFor: 300 * time.Millisecond})
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.5:19048", []string{"127.0.0.3:19048"}, ""
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+
+	c := dialRaw(t, cfg.Listen, 4)
+	c.startup(nil)
+	c.send(5, &message.Query{Query: "SELECT v FROM ks.slow", Options: &message.QueryOptions{}})
+	time.Sleep(50 * time.Millisecond) // let the request reach the upstream
+	done := make(chan error)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- p.Shutdown(ctx)
+	}()
+	if f := c.recv(); f.Header.StreamId != 5 || f.Header.OpCode != primitive.OpCodeResult {
+		t.Fatalf("in-flight request answered with %v", f.Body.Message)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := c.c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("connection not closed after draining: %v", err)
+	}
+	if _, err := net.Dial("tcp", cfg.Listen); err == nil {
+		t.Error("still accepting after Shutdown")
+	}
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	node := fakeNode(t, "127.0.0.3:19049", fakenode.Options{})
+	reg := prometheus.NewRegistry()
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Upstreams = "127.0.0.5:19049", []string{"127.0.0.3:19049"}
+	p, err := New(cfg, testLogger(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", cfg.Listen)
+	go p.Serve(ln)
+	defer p.Shutdown(context.Background())
+	srv := httptest.NewServer(p.AdminHandler(reg))
+	defer srv.Close()
+
+	c := dialRaw(t, cfg.Listen, 4)
+	c.startup(nil)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz %d", code)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("/readyz %d %s", code, body)
+	}
+	code, body := get("/metrics")
+	for _, want := range []string{
+		`cqlguard_frames_total{direction="request",opcode="STARTUP"} 1`,
+		`cqlguard_frames_total{direction="response",opcode="READY"} 1`,
+		"cqlguard_client_connections 1", "cqlguard_upstream_request_duration_seconds_count 1",
+	} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	node.Close()
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "127.0.0.3:19049") {
+		t.Errorf("/readyz with the upstream down: %d %s", code, body)
+	}
+}
