@@ -24,7 +24,7 @@ type Metrics struct {
 	clientConnsTot  prometheus.Counter
 	upstreamDialErr prometheus.Counter
 	frames          [2][maxOpcode]prometheus.Counter
-	bytes           [2]prometheus.Counter
+	bytes           [2][maxOpcode]prometheus.Counter
 	upstreamLatency prometheus.Histogram
 	protocolErrors  *prometheus.CounterVec
 	filteredEvents  prometheus.Counter
@@ -53,15 +53,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "cqlguard_frames_total", Help: "Frames forwarded or answered, by direction and opcode."},
 		[]string{"direction", "opcode"})
 	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cqlguard_frame_bytes_total", Help: "Frame bytes read, by direction."}, []string{"direction"})
+		Name: "cqlguard_frame_bytes_total", Help: "Frame bytes read, by direction and opcode."},
+		[]string{"direction", "opcode"})
 	for d := range 2 {
-		m.bytes[d] = bytes.WithLabelValues(dirNames[d])
 		for op := range maxOpcode {
 			name := frame.Opcode(op).String()
 			if name == "UNKNOWN" && op != maxOpcode-1 {
 				continue
 			}
 			m.frames[d][op] = frames.WithLabelValues(dirNames[d], name)
+			m.bytes[d][op] = bytes.WithLabelValues(dirNames[d], name)
 		}
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
@@ -76,5 +77,5 @@ func (m *Metrics) frame(dir int, op frame.Opcode, n int) {
 		i = maxOpcode - 1
 	}
 	m.frames[dir][i].Inc()
-	m.bytes[dir].Add(float64(n))
+	m.bytes[dir][i].Add(float64(n))
 }

@@ -99,6 +99,7 @@ func run(args []string) error {
 	go func() { serveErr <- p.Serve(ln) }()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
 	select {
 	case err := <-serveErr:
 		return err

@@ -108,6 +108,25 @@ func exerciseGocql(t *testing.T, proto int, comp gocql.Compressor, ks string) {
 		}
 	}
 
+	// The connection through the proxy negotiated what the driver asked for:
+	// Cassandra's own view of its clients says so.
+	iter := s.Query("SELECT protocol_version, client_options FROM system_views.clients").Iter()
+	var version int
+	var options map[string]string
+	negotiated := false
+	for iter.Scan(&version, &options) {
+		wantComp := ""
+		if comp != nil {
+			wantComp = comp.Name()
+		}
+		if version == proto && options["COMPRESSION"] == wantComp && options["DRIVER_NAME"] != "" {
+			negotiated = true
+		}
+	}
+	if err := iter.Close(); err != nil || !negotiated {
+		t.Fatalf("no connection with protocol v%d and compression %v in system_views.clients (%v)", proto, comp, err)
+	}
+
 	must("drop keyspace", "DROP KEYSPACE IF EXISTS "+ks)
 	must("create keyspace", "CREATE KEYSPACE "+ks+" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
 	must("create table", "CREATE TABLE "+ks+".t (a int, b text, c int, v text, PRIMARY KEY ((a, b), c))")
@@ -163,7 +182,7 @@ func exerciseGocql(t *testing.T, proto int, comp gocql.Compressor, ks string) {
 	if err := <-errs; err != nil {
 		t.Fatalf("inserting rows to page: %v", err)
 	}
-	iter := s.Query("SELECT c FROM "+ks+".t WHERE a = ? AND b = ?", 9, "paged").PageSize(500).Iter()
+	iter = s.Query("SELECT c FROM "+ks+".t WHERE a = ? AND b = ?", 9, "paged").PageSize(500).Iter()
 	var c, got int
 	for iter.Scan(&c) {
 		if c != got {

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The binary serves with a config file and flags over it, and SIGTERM
+// drains and returns cleanly.
+func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "cqlguard.yaml")
+	os.WriteFile(cfg, []byte("upstreams: [127.0.0.3:19050]\ndrain_timeout: 2s\nlog: {level: warn}\n"), 0o600)
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"-config", cfg, "-listen", "127.0.0.5:19050", "-admin", "127.0.0.5:19051"})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get("http://127.0.0.5:19051/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin listener never answered: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c, err := net.Dial("tcp", "127.0.0.5:19050"); err != nil {
+		t.Fatalf("proxy not listening: %v", err)
+	} else {
+		c.Close()
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after SIGTERM: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGTERM did not stop the proxy")
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(cfg, []byte("listen: 127.0.0.1:9042\nupstrems: [x:1]\n"), 0o600)
+	err := run([]string{"-config", cfg})
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml:2") || !strings.Contains(err.Error(), `"upstrems"`) {
+		t.Fatalf("want an error naming bad.yaml:2 and the key, got %v", err)
+	}
+}
