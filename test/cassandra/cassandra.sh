@@ -40,16 +40,18 @@ data=${CASSANDRA_DATA:-$cache/data-$addr-$port}
 pidfile="$data/cassandra.pid"
 logfile="$data/cassandra.log"
 probe="$cache/bin/cqlguard-probe"
+lockfile="$data.cassandra-sh.lock"
 
 die() { echo "cassandra.sh: $*" >&2; exit 1; }
 
 [ -n "$version" ] || die "no <cassandra.version> in $here/pom.xml"
 
-# lock serialises start, stop and fetch between concurrent callers.
+# lock serialises start, stop and fetch between concurrent callers. fd 9 must
+# not leak into Cassandra (launch closes it), or Cassandra would hold the lock.
 lock() {
   mkdir -p "$(dirname "$1")"
   exec 9>"$1"
-  flock 9
+  flock -w 300 9 || die "another cassandra.sh has held $1 for 5 minutes; giving up"
 }
 
 # --- tools -------------------------------------------------------------------
@@ -114,15 +116,28 @@ fetch() {
 
 # --- probes ------------------------------------------------------------------
 
-# running: the pid file names a live Cassandra using this data directory.
+# is_ours pid: pid is a live Cassandra started with this data directory's yaml.
+is_ours() {
+  [ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
+  [ -r "/proc/$1/cmdline" ] || return 0
+  tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "-Dcassandra.config=file://$data/cassandra.yaml "
+}
+
+# running: a Cassandra for this data directory is alive. Its pid comes from the
+# pid file or, if that is missing or stale, from the process list (and is then
+# written back to the pid file).
 running() {
-  [ -f "$pidfile" ] || return 1
-  local pid
-  pid=$(cat "$pidfile" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-  if [ -r "/proc/$pid/cmdline" ]; then
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$data/cassandra.yaml" || return 1
-  fi
+  local pid=
+  [ -f "$pidfile" ] && pid=$(cat "$pidfile" 2>/dev/null || true)
+  is_ours "$pid" && return 0
+  command -v pgrep >/dev/null || return 1
+  for pid in $(pgrep -f org.apache.cassandra.service.CassandraDaemon || true); do
+    if is_ours "$pid"; then
+      echo "$pid" >"$pidfile"
+      return 0
+    fi
+  done
+  return 1
 }
 
 # port_open host port: something accepts TCP connections there.
@@ -155,7 +170,7 @@ answers() {
 # --- start -------------------------------------------------------------------
 
 write_config() {
-  mkdir -p "$data"
+  mkdir -p "$data/triggers"
   # num_tokens must not change once a data directory exists.
   cat >"$data/cassandra.yaml" <<YAML
 # Written by test/cassandra/cassandra.sh on every start; edits are lost.
@@ -209,13 +224,14 @@ launch() {
   jamm=$(ls "$lib"/jamm-*.jar 2>/dev/null | head -1)
   [ -n "$jamm" ] || die "no jamm jar in $lib: run '$0 fetch' again after deleting $home"
   local opts=(
-    -Xms"$heap" -Xmx"$heap" -XX:+UseG1GC -Xss512k -XX:+PerfDisableSharedMem
+    -Xms"$heap" -Xmx"$heap" -XX:+UseG1GC -Xss512k -XX:+PerfDisableSharedMem -XX:+ExitOnOutOfMemoryError
     -javaagent:"$jamm"
     -Dcassandra.config=file://"$data/cassandra.yaml"
     -Dlogback.configurationFile="$data/logback.xml"
     -Dcassandra-foreground=true
     -Dcassandra.storagedir="$data"
     -Dcassandra.logdir="$data"
+    -Dcassandra.triggers_dir="$data/triggers"
     -Djava.net.preferIPv4Stack=true
     -Dcassandra.skip_wait_for_gossip_to_settle=0
     -Dcassandra.ring_delay_ms=100
@@ -255,10 +271,21 @@ launch() {
   # Cassandra; the inner shell writes its own pid, which exec hands to java.
   setsid -f bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$pidfile" \
     "$java" "${opts[@]}" -cp "$lib/*" org.apache.cassandra.service.CassandraDaemon \
-    </dev/null >"$logfile" 2>&1
+    </dev/null >"$logfile" 2>&1 9>&-
   local i
   for i in $(seq 50); do [ -s "$pidfile" ] && return 0; sleep 0.1; done
   die "Cassandra did not start (no pid file $pidfile); log: $logfile"
+}
+
+# show_log prints the end of Cassandra's log, then its errors, last.
+show_log() {
+  [ -f "$logfile" ] || return 0
+  echo "--- last lines of $logfile:" >&2
+  tail -30 "$logfile" >&2
+  if grep -qE '^ERROR|encountered during startup' "$logfile"; then
+    echo "--- errors in $logfile:" >&2
+    grep -E '^ERROR|encountered during startup' "$logfile" | tail -5 | cut -c1-400 >&2
+  fi
 }
 
 # wait_ready waits until a login works, the process dies or the time is up.
@@ -266,12 +293,12 @@ wait_ready() {
   local deadline=$((SECONDS + start_timeout))
   until answers; do
     if ! running; then
-      tail -40 "$logfile" >&2 || true
+      show_log
       rm -f "$pidfile"
-      die "Cassandra exited during start; log above and in $logfile"
+      die "Cassandra exited during start; log: $logfile"
     fi
     if ((SECONDS >= deadline)); then
-      tail -40 "$logfile" >&2 || true
+      show_log
       stop_locked
       die "Cassandra did not accept a login on $addr:$port within $start_timeout s, stopped it; log: $logfile"
     fi
@@ -283,12 +310,13 @@ start() {
   fetch
   need_java
   build_probe
-  lock "$data.lock"
+  lock "$lockfile"
   if running; then
     # Ours and alive: a no-op, or still booting: wait for it.
     answers || wait_ready
     return 0
   fi
+  [ "$port" != "$storage_port" ] || die "CASSANDRA_PORT and CASSANDRA_STORAGE_PORT are both $port"
   local p
   for p in "$port" "$storage_port" $jmx_port; do
     if port_open "$addr" "$p" || { [ "$p" = "$jmx_port" ] && port_open 127.0.0.1 "$p"; }; then
@@ -327,7 +355,7 @@ stop() {
     *) die "usage: cassandra.sh stop [--wipe]" ;;
   esac
   [ -d "$data" ] || return 0
-  lock "$data.lock"
+  lock "$lockfile"
   stop_locked
   if [ -n "$wipe" ]; then rm -rf "$data"; fi
 }
