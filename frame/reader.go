@@ -48,6 +48,11 @@ func (r *Reader) UseSegments(compressed bool) {
 	r.segs = NewSegmentReader(r.br, compressed)
 }
 
+// Buffered reports how many bytes are read but not yet returned as frames:
+// when it is zero, the peer has nothing more in flight for now, which is
+// when a writer that batches answers should flush.
+func (r *Reader) Buffered() int { return r.br.Buffered() + len(r.rest) }
+
 // Segmented reports whether the reader reads v5 segments.
 func (r *Reader) Segmented() bool { return r.segs != nil }
 

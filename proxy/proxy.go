@@ -381,8 +381,11 @@ func (s *session) serveResponses() error {
 	}()
 	for {
 		f, h, err := s.fromUpstream.Next()
-		var tooLarge *frame.TooLargeError
-		if errors.As(err, &tooLarge) {
+		if err != nil {
+			var tooLarge *frame.TooLargeError
+			if !errors.As(err, &tooLarge) {
+				return err
+			}
 			// The client still gets an answer on its stream.
 			m.protocolErrors.WithLabelValues("response_too_large").Inc()
 			s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
@@ -391,9 +394,6 @@ func (s *session) serveResponses() error {
 			s.mu.Unlock()
 			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
 			continue
-		}
-		if err != nil {
-			return err
 		}
 		m.frame(dirResponse, h.Opcode, len(f))
 

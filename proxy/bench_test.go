@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"net"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// echoUpstream answers OPTIONS with an empty SUPPORTED and every other
+// request with a void RESULT, allocating nothing per request, so that a
+// benchmark's allocations are the proxy's.
+func echoUpstream(b *testing.B, addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := frame.NewReader(bufio.NewReader(c), 1<<20)
+				w := bufio.NewWriter(c)
+				var out []byte
+				for {
+					_, h, err := r.Next()
+					if err != nil {
+						return
+					}
+					out = out[:0]
+					switch h.Opcode {
+					case frame.OpOptions:
+						out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpSupported, Length: 2})
+						out = append(out, 0, 0)
+					case frame.OpStartup:
+						out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpReady})
+					default:
+						out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: 4})
+						out = binary.BigEndian.AppendUint32(out, 1)
+					}
+					w.Write(out)
+					if r.Buffered() == 0 {
+						w.Flush()
+					}
+				}
+			}()
+		}
+	}()
+}
+
+// BenchmarkForwardExecute pipelines EXECUTE requests through the proxy, 128
+// in flight, and reports the whole process's allocations per request: the
+// client and upstream here allocate nothing, so they are the proxy's.
+func BenchmarkForwardExecute(b *testing.B) {
+	echoUpstream(b, "127.0.0.3:19060")
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.5:19060", []string{"127.0.0.3:19060"}, ""
+	startBenchProxy(b, cfg)
+
+	c, err := net.Dial("tcp", cfg.Listen)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
+	startup = append(startup, 0, 0)
+	c.Write(startup)
+	r := frame.NewReader(bufio.NewReaderSize(c, 64<<10), 1<<20)
+	if _, _, err := r.Next(); err != nil {
+		b.Fatal(err)
+	}
+
+	// An EXECUTE with a 16-byte id, consistency ONE and one 8-byte value.
+	body := binary.BigEndian.AppendUint16(nil, 16)
+	body = append(body, make([]byte, 16)...)
+	body = append(body, 0, 1, 0x01, 0, 1)
+	body = binary.BigEndian.AppendUint32(body, 8)
+	body = append(body, make([]byte, 8)...)
+	const inflight = 128
+	reqs := make([][]byte, inflight)
+	for i := range reqs {
+		reqs[i] = frame.AppendHeader(nil, frame.Header{Version: 4, Stream: int16(i), Opcode: frame.OpExecute, Length: len(body)})
+		reqs[i] = append(reqs[i], body...)
+	}
+	bw := bufio.NewWriterSize(c, 64<<10)
+	b.ReportAllocs()
+	b.ResetTimer()
+	// Batches of 128 pipelined requests, each batch's answers read before
+	// the next is sent.
+	for sent := 0; sent < b.N; {
+		n := min(inflight, b.N-sent)
+		for i := range n {
+			bw.Write(reqs[i])
+		}
+		if err := bw.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		for range n {
+			if _, _, err := r.Next(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sent += n
+	}
+}
+
+func startBenchProxy(b *testing.B, cfg Config) *Proxy {
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go p.Serve(ln)
+	b.Cleanup(func() { ln.Close() })
+	return p
+}
