@@ -1,0 +1,669 @@
+package frame
+
+// A recogniser of CQL statements: just enough of CQL to say which table a
+// statement touches, whether it reads or writes, and which partition key
+// restrictions it carries.
+//
+// Supported: SELECT, INSERT (VALUES and JSON), UPDATE and DELETE, with
+// comments, any keyword case, quoted identifiers, keyspace.table or the
+// connection's keyspace, IF (lightweight transactions), USING TTL and
+// TIMESTAMP, bind markers (? and :name) anywhere, and BEGIN ... APPLY BATCH
+// texts (see Statements). WHERE relations col = term and col IN (terms)
+// are recorded; any other relation on a column is recorded as not pinning
+// it (ranges, CONTAINS, token(...)). Terms are literals (strings, $$
+// strings$$, numbers, uuids, blobs, booleans, NaN, Infinity, collections,
+// tuples and UDT literals, kept as their text), bind markers, or anything
+// else (function calls, casts, arithmetic), which pins nothing.
+//
+// Not supported, and so reported as StmtOther: USE (see StmtUse), DDL,
+// permissions, and anything else. The recogniser never guesses: what it
+// does not understand pins no partition.
+
+import (
+	"bytes"
+)
+
+// StatementKind is the kind of a recognised statement.
+type StatementKind uint8
+
+// Statement kinds.
+const (
+	StmtOther StatementKind = iota
+	StmtSelect
+	StmtInsert
+	StmtUpdate
+	StmtDelete
+	StmtUse
+	StmtBatch // BEGIN ... APPLY BATCH: use Statements to walk its children
+)
+
+// TermKind says what a restriction's term is.
+type TermKind uint8
+
+// Term kinds.
+const (
+	TermLiteral    TermKind = iota // Text is the literal as written
+	TermPositional                 // a ? marker; Index is its position among the statement's markers
+	TermNamed                      // a :name marker; Text is the name, lower-cased unless quoted
+	TermOther                      // a function call or other expression: pins nothing
+)
+
+// Term is one value a partition key column is restricted to.
+type Term struct {
+	Kind  TermKind
+	Text  []byte
+	Index int
+}
+
+// Restriction is what a statement says of one column.
+type Restriction struct {
+	Column []byte // lower-cased unless quoted
+	Terms  []Term // one for =, several for IN
+	// Pinned is false when the column is restricted other than by = or IN
+	// of plain terms, or when the restriction is duplicated.
+	Pinned bool
+}
+
+// Statement is what the recogniser learned of one statement. Its slices
+// point into the query text or into the Recognizer, and are valid until the
+// Recognizer's next call.
+type Statement struct {
+	Kind         StatementKind
+	Keyspace     []byte // empty when unqualified; lower-cased unless quoted
+	Table        []byte
+	LWT          bool // has an IF clause (IF NOT EXISTS, IF EXISTS, IF cond)
+	JSON         bool // INSERT ... JSON: JSONValue holds the literal
+	JSONValue    []byte
+	Restrictions []Restriction
+	// Markers is how many bind markers the statement has.
+	Markers int
+}
+
+// Restriction returns the restriction on column name, or nil.
+func (s *Statement) Restriction(name []byte) *Restriction {
+	for i := range s.Restrictions {
+		if bytes.Equal(s.Restrictions[i].Column, name) {
+			return &s.Restrictions[i]
+		}
+	}
+	return nil
+}
+
+// Recognizer parses statements, reusing its buffers so that recognising
+// allocates nothing once they have grown.
+type Recognizer struct {
+	lex    lexer
+	names  []byte // lower-cased identifiers
+	terms  []Term
+	rs     []Restriction
+	stmt   Statement
+	marker int // next positional marker index
+}
+
+// Recognize parses q, the text of a QUERY, PREPARE or of one statement of
+// an inline batch.
+func (r *Recognizer) Recognize(q []byte) *Statement {
+	r.names = r.names[:0]
+	r.terms = r.terms[:0]
+	r.rs = r.rs[:0]
+	r.marker = 0
+	r.stmt = Statement{}
+	r.lex = lexer{src: q}
+	r.statement()
+	return &r.stmt
+}
+
+// Statements calls fn for each statement of an inline BEGIN ... APPLY BATCH
+// text, with markers numbered across the whole batch, and reports whether
+// q was such a batch. fn's Statement is valid only during the call.
+func (r *Recognizer) Statements(q []byte, fn func(*Statement)) bool {
+	r.lex = lexer{src: q}
+	r.marker = 0
+	t := r.lex.next()
+	if !t.isWord("begin") {
+		return false
+	}
+	t = r.lex.next()
+	if t.isWord("unlogged") || t.isWord("logged") || t.isWord("counter") {
+		t = r.lex.next()
+	}
+	if !t.isWord("batch") {
+		return false
+	}
+	// USING TIMESTAMP applies to the whole batch; its marker counts.
+	if r.lex.peek().isWord("using") {
+		r.skipUsing()
+	}
+	for {
+		p := r.lex.peek()
+		if p.kind == tokEOF {
+			return true
+		}
+		if p.isWord("apply") {
+			return true
+		}
+		if p.isPunct(';') {
+			r.lex.next()
+			continue
+		}
+		r.names = r.names[:0]
+		r.terms = r.terms[:0]
+		r.rs = r.rs[:0]
+		r.stmt = Statement{}
+		start := r.marker
+		r.statement()
+		r.stmt.Markers = r.marker - start
+		fn(&r.stmt)
+		if r.stmt.Kind == StmtOther {
+			return true
+		}
+	}
+}
+
+// statement parses one statement at the lexer's position.
+func (r *Recognizer) statement() {
+	t := r.lex.next()
+	switch {
+	case t.isWord("select"):
+		r.stmt.Kind = StmtSelect
+		r.selectStmt()
+	case t.isWord("insert"):
+		r.stmt.Kind = StmtInsert
+		r.insertStmt()
+	case t.isWord("update"):
+		r.stmt.Kind = StmtUpdate
+		r.updateStmt()
+	case t.isWord("delete"):
+		r.stmt.Kind = StmtDelete
+		r.deleteStmt()
+	case t.isWord("use"):
+		if ks, ok := r.ident(r.lex.next()); ok {
+			r.stmt.Kind = StmtUse
+			r.stmt.Keyspace = ks
+		}
+		return
+	case t.isWord("begin"):
+		r.stmt.Kind = StmtBatch
+		return
+	default:
+		r.stmt.Kind = StmtOther
+		return
+	}
+	if r.stmt.Kind != StmtOther {
+		r.stmt.Restrictions = r.rs
+		r.stmt.Markers = r.marker
+	}
+}
+
+func (r *Recognizer) fail() { r.stmt = Statement{Kind: StmtOther} }
+
+// tableName parses [keyspace.]table.
+func (r *Recognizer) tableName() bool {
+	first, ok := r.ident(r.lex.next())
+	if !ok {
+		return false
+	}
+	if r.lex.peek().isPunct('.') {
+		r.lex.next()
+		second, ok := r.ident(r.lex.next())
+		if !ok {
+			return false
+		}
+		r.stmt.Keyspace, r.stmt.Table = first, second
+		return true
+	}
+	r.stmt.Table = first
+	return true
+}
+
+func (r *Recognizer) selectStmt() {
+	// Selectors may hold markers and parentheses; skip to FROM at depth 0.
+	if !r.skipUntilWord("from") {
+		r.fail()
+		return
+	}
+	if !r.tableName() {
+		r.fail()
+		return
+	}
+	if r.lex.peek().isWord("where") {
+		r.lex.next()
+		if !r.where() {
+			r.fail()
+			return
+		}
+	}
+	r.skipRest()
+}
+
+func (r *Recognizer) insertStmt() {
+	if !r.lex.next().isWord("into") || !r.tableName() {
+		r.fail()
+		return
+	}
+	t := r.lex.next()
+	if t.isWord("json") {
+		r.stmt.JSON = true
+		v := r.lex.next()
+		switch v.kind {
+		case tokString:
+			r.stmt.JSONValue = v.text
+		case tokMarker:
+			r.marker++
+		}
+		r.skipRest()
+		return
+	}
+	if !t.isPunct('(') {
+		r.fail()
+		return
+	}
+	first := len(r.rs)
+	for {
+		name, ok := r.ident(r.lex.next())
+		if !ok {
+			r.fail()
+			return
+		}
+		r.rs = append(r.rs, Restriction{Column: name, Pinned: true})
+		sep := r.lex.next()
+		if sep.isPunct(')') {
+			break
+		}
+		if !sep.isPunct(',') {
+			r.fail()
+			return
+		}
+	}
+	if !r.lex.next().isWord("values") || !r.lex.next().isPunct('(') {
+		r.fail()
+		return
+	}
+	for i := first; ; i++ {
+		term, ok := r.term()
+		if !ok || i >= len(r.rs) {
+			r.fail()
+			return
+		}
+		r.terms = append(r.terms, term)
+		n := len(r.terms)
+		r.rs[i].Terms = r.terms[n-1 : n : n]
+		if term.Kind == TermOther {
+			r.rs[i].Pinned = false
+		}
+		sep := r.lex.next()
+		if sep.isPunct(')') {
+			if i != len(r.rs)-1 {
+				r.fail()
+				return
+			}
+			break
+		}
+		if !sep.isPunct(',') {
+			r.fail()
+			return
+		}
+	}
+	r.skipRest()
+}
+
+func (r *Recognizer) updateStmt() {
+	if !r.tableName() {
+		r.fail()
+		return
+	}
+	if !r.skipUntilWord("where") {
+		r.fail()
+		return
+	}
+	if !r.where() {
+		r.fail()
+		return
+	}
+	r.skipRest()
+}
+
+func (r *Recognizer) deleteStmt() {
+	if !r.skipUntilWord("from") || !r.tableName() {
+		r.fail()
+		return
+	}
+	if !r.skipUntilWord("where") || !r.where() {
+		r.fail()
+		return
+	}
+	r.skipRest()
+}
+
+// where parses relations joined by AND, up to the end of the WHERE clause.
+func (r *Recognizer) where() bool {
+	for {
+		if !r.relation() {
+			return false
+		}
+		if !r.lex.peek().isWord("and") {
+			break
+		}
+		r.lex.next()
+	}
+	return true
+}
+
+// relation parses one relation, recording = and IN on a single column.
+func (r *Recognizer) relation() bool {
+	t := r.lex.next()
+	if t.isPunct('(') || t.isWord("token") {
+		// A multi-column or token relation: clustering columns or a token
+		// range, which pins nothing. Skip it, counting markers.
+		if t.isWord("token") {
+			if !r.lex.next().isPunct('(') {
+				return false
+			}
+		}
+		if !r.skipBalanced() {
+			return false
+		}
+		op := r.lex.next()
+		if op.kind != tokPunct && !op.isWord("in") {
+			return false
+		}
+		if op.isWord("in") || r.lex.peek().isPunct('(') {
+			r.lex.next()
+			return r.skipBalanced()
+		}
+		_, ok := r.term()
+		return ok
+	}
+	name, ok := r.ident(t)
+	if !ok {
+		return false
+	}
+	op := r.lex.next()
+	switch {
+	case op.isPunct('='):
+		term, ok := r.term()
+		if !ok {
+			return false
+		}
+		r.terms = append(r.terms, term)
+		r.addRestriction(name, len(r.terms)-1, term.Kind != TermOther)
+		return true
+	case op.isWord("in"):
+		next := r.lex.peek()
+		if next.kind == tokMarker {
+			// IN ? binds a whole list: the partitions are not known here.
+			r.lex.next()
+			r.countMarker(next)
+			r.addRestriction(name, len(r.terms), false)
+			return true
+		}
+		if !r.lex.next().isPunct('(') {
+			return false
+		}
+		first := len(r.terms)
+		pinned := true
+		if r.lex.peek().isPunct(')') {
+			r.lex.next()
+		} else {
+			for {
+				term, ok := r.term()
+				if !ok {
+					return false
+				}
+				r.terms = append(r.terms, term)
+				pinned = pinned && term.Kind != TermOther
+				sep := r.lex.next()
+				if sep.isPunct(')') {
+					break
+				}
+				if !sep.isPunct(',') {
+					return false
+				}
+			}
+		}
+		r.addRestriction(name, first, pinned)
+		return true
+	case op.kind == tokPunct || op.isWord("contains") || op.isWord("like"):
+		// <, <=, >, >=, !=, CONTAINS [KEY], LIKE: a range or a filter.
+		if r.lex.peek().isWord("key") {
+			r.lex.next()
+		}
+		if _, ok := r.term(); !ok {
+			return false
+		}
+		r.addRestriction(name, len(r.terms), false)
+		return true
+	case op.isWord("is"):
+		// IS NOT NULL, in materialized view definitions.
+		r.lex.next()
+		r.lex.next()
+		r.addRestriction(name, len(r.terms), false)
+		return true
+	}
+	return false
+}
+
+// addRestriction records the terms r.terms[first:] for column name. The
+// slice stays valid when r.terms grows later: growing copies, and the old
+// array keeps what was written.
+func (r *Recognizer) addRestriction(name []byte, first int, pinned bool) {
+	// A column restricted twice pins nothing: Cassandra refuses it anyway.
+	for i := range r.rs {
+		if bytes.Equal(r.rs[i].Column, name) {
+			r.rs[i].Pinned = false
+			pinned = false
+		}
+	}
+	n := len(r.terms)
+	r.rs = append(r.rs, Restriction{Column: name, Pinned: pinned, Terms: r.terms[first:n:n]})
+}
+
+// term parses one term, reporting false on a syntax it cannot follow.
+func (r *Recognizer) term() (Term, bool) {
+	t := r.lex.next()
+	switch t.kind {
+	case tokString, tokNumber, tokUUID, tokBlob:
+		return r.maybeExpr(Term{Kind: TermLiteral, Text: t.text})
+	case tokMarker:
+		return r.maybeExpr(r.countMarker(t))
+	case tokWord:
+		switch {
+		case t.isWord("true"), t.isWord("false"), t.isWord("nan"), t.isWord("infinity"), t.isWord("null"):
+			return r.maybeExpr(Term{Kind: TermLiteral, Text: t.text})
+		case r.lex.peek().isPunct('('):
+			// A function call: computed by the server.
+			r.lex.next()
+			if !r.skipBalanced() {
+				return Term{}, false
+			}
+			return Term{Kind: TermOther}, true
+		}
+		return Term{Kind: TermOther}, true
+	case tokPunct:
+		switch t.text[0] {
+		case '-':
+			// A negative number, or -NaN/-Infinity.
+			n := r.lex.next()
+			if n.kind == tokNumber || n.isWord("nan") || n.isWord("infinity") {
+				return r.maybeExpr(Term{Kind: TermLiteral, Text: r.lex.src[t.start:n.end]})
+			}
+			return Term{}, false
+		case '[', '{', '(':
+			// A collection, tuple or UDT literal (or a cast, for '('): keep
+			// its text, and count the markers inside.
+			start, end := t.start, t.end
+			depth := 1
+			marked := false
+			for depth > 0 {
+				n := r.lex.next()
+				end = n.end
+				switch {
+				case n.kind == tokEOF:
+					return Term{}, false
+				case n.kind == tokMarker:
+					r.countMarker(n)
+					marked = true
+				case n.isPunct('[') || n.isPunct('{') || n.isPunct('('):
+					depth++
+				case n.isPunct(']') || n.isPunct('}') || n.isPunct(')'):
+					depth--
+				}
+			}
+			if marked {
+				return Term{Kind: TermOther}, true
+			}
+			if t.text[0] == '(' && r.lex.peek().kind != tokPunct && !r.lex.peek().isWord("and") && r.lex.peek().kind != tokEOF {
+				// (type) value: a cast.
+				if _, ok := r.term(); !ok {
+					return Term{}, false
+				}
+				return Term{Kind: TermOther}, true
+			}
+			return r.maybeExpr(Term{Kind: TermLiteral, Text: r.lex.src[start:end]})
+		}
+	}
+	return Term{}, false
+}
+
+// maybeExpr turns a term followed by arithmetic into TermOther.
+func (r *Recognizer) maybeExpr(t Term) (Term, bool) {
+	p := r.lex.peek()
+	if p.isPunct('+') || p.isPunct('-') || p.isPunct('*') || p.isPunct('/') || p.isPunct('%') {
+		r.lex.next()
+		if _, ok := r.term(); !ok {
+			return Term{}, false
+		}
+		return Term{Kind: TermOther}, true
+	}
+	return t, true
+}
+
+// countMarker numbers a bind marker.
+func (r *Recognizer) countMarker(t token) Term {
+	if len(t.text) > 1 {
+		// :name; a named marker also takes a position.
+		name, _ := r.ident(token{kind: t.nameKind, text: t.text[1:]})
+		r.marker++
+		return Term{Kind: TermNamed, Text: name, Index: r.marker - 1}
+	}
+	r.marker++
+	return Term{Kind: TermPositional, Index: r.marker - 1}
+}
+
+// skipUntilWord skips to the keyword w at parenthesis depth 0, counting
+// markers, and consumes it.
+func (r *Recognizer) skipUntilWord(w string) bool {
+	depth := 0
+	for {
+		t := r.lex.next()
+		switch {
+		case t.kind == tokEOF:
+			return false
+		case t.kind == tokMarker:
+			r.countMarker(t)
+		case t.isPunct('(') || t.isPunct('[') || t.isPunct('{'):
+			depth++
+		case t.isPunct(')') || t.isPunct(']') || t.isPunct('}'):
+			depth--
+		case depth == 0 && t.isWord(w):
+			return true
+		}
+	}
+}
+
+// skipBalanced skips to the parenthesis closing one already consumed.
+func (r *Recognizer) skipBalanced() bool {
+	depth := 1
+	for depth > 0 {
+		t := r.lex.next()
+		switch {
+		case t.kind == tokEOF:
+			return false
+		case t.kind == tokMarker:
+			r.countMarker(t)
+		case t.isPunct('(') || t.isPunct('[') || t.isPunct('{'):
+			depth++
+		case t.isPunct(')') || t.isPunct(']') || t.isPunct('}'):
+			depth--
+		}
+	}
+	return true
+}
+
+// skipUsing skips USING TTL x AND TIMESTAMP y, counting markers.
+func (r *Recognizer) skipUsing() {
+	r.lex.next() // USING
+	for {
+		r.lex.next() // TTL or TIMESTAMP
+		if t := r.lex.next(); t.kind == tokMarker {
+			r.countMarker(t)
+		}
+		if !r.lex.peek().isWord("and") {
+			return
+		}
+		r.lex.next()
+	}
+}
+
+// skipRest reads to the end of the statement (a ';' or APPLY BATCH),
+// noting IF clauses and counting markers.
+func (r *Recognizer) skipRest() {
+	depth := 0
+	for {
+		p := r.lex.peek()
+		switch {
+		case p.kind == tokEOF:
+			return
+		case depth == 0 && (p.isPunct(';') || p.isWord("apply")):
+			return
+		}
+		t := r.lex.next()
+		switch {
+		case t.kind == tokMarker:
+			r.countMarker(t)
+		case t.isPunct('(') || t.isPunct('[') || t.isPunct('{'):
+			depth++
+		case t.isPunct(')') || t.isPunct(']') || t.isPunct('}'):
+			depth--
+		case depth == 0 && t.isWord("if"):
+			if r.stmt.Kind != StmtSelect {
+				r.stmt.LWT = true
+			}
+		}
+	}
+}
+
+// ident returns an identifier token's name: lower-cased when unquoted (CQL
+// folds them), as written when quoted ("" stands for ").
+func (r *Recognizer) ident(t token) ([]byte, bool) {
+	switch t.kind {
+	case tokWord:
+		for _, c := range t.text {
+			if c >= 'A' && c <= 'Z' {
+				start := len(r.names)
+				for _, c := range t.text {
+					if c >= 'A' && c <= 'Z' {
+						c += 'a' - 'A'
+					}
+					r.names = append(r.names, c)
+				}
+				return r.names[start:len(r.names):len(r.names)], true
+			}
+		}
+		return t.text, true
+	case tokQuotedIdent:
+		body := t.text[1 : len(t.text)-1]
+		if bytes.IndexByte(body, '"') < 0 {
+			return body, true
+		}
+		start := len(r.names)
+		for i := 0; i < len(body); i++ {
+			r.names = append(r.names, body[i])
+			if body[i] == '"' {
+				i++
+			}
+		}
+		return r.names[start:len(r.names):len(r.names)], true
+	}
+	return nil, false
+}
