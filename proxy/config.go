@@ -47,6 +47,10 @@ type Config struct {
 	// MaxBufferedBytes bounds the bytes waiting to be written to one socket;
 	// past it the proxy stops reading the other side (back-pressure).
 	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
+	// MaxPreparedStatements bounds the prepared statements the proxy
+	// remembers; past it the oldest are forgotten (and re-prepared by
+	// drivers when next executed).
+	MaxPreparedStatements int `yaml:"max_prepared_statements"`
 	// DialTimeout bounds connecting to an upstream node.
 	DialTimeout Duration `yaml:"dial_timeout"`
 	// DrainTimeout bounds how long shutdown waits for in-flight requests.
@@ -91,15 +95,16 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // DefaultConfig returns the configuration used where a file says nothing.
 func DefaultConfig() Config {
 	return Config{
-		Listen:           "127.0.0.1:9042",
-		Mode:             ModeCluster,
-		Upstreams:        []string{"127.0.0.2:9042"},
-		MaxFrameBytes:    16 << 20,
-		MaxBufferedBytes: 4 << 20,
-		DialTimeout:      Duration(5 * time.Second),
-		DrainTimeout:     Duration(30 * time.Second),
-		Admin:            AdminConfig{Listen: "127.0.0.1:9180"},
-		Log:              LogConfig{Level: "info", Format: "json"},
+		Listen:                "127.0.0.1:9042",
+		Mode:                  ModeCluster,
+		Upstreams:             []string{"127.0.0.2:9042"},
+		MaxFrameBytes:         16 << 20,
+		MaxBufferedBytes:      4 << 20,
+		MaxPreparedStatements: 100000,
+		DialTimeout:           Duration(5 * time.Second),
+		DrainTimeout:          Duration(30 * time.Second),
+		Admin:                 AdminConfig{Listen: "127.0.0.1:9180"},
+		Log:                   LogConfig{Level: "info", Format: "json"},
 	}
 }
 
@@ -209,6 +214,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBufferedBytes < 64<<10 {
 		return fmt.Errorf("max_buffered_bytes: %d is under 64 KiB", c.MaxBufferedBytes)
+	}
+	if c.MaxPreparedStatements < 1 {
+		return fmt.Errorf("max_prepared_statements: %d must be positive", c.MaxPreparedStatements)
 	}
 	if c.DialTimeout <= 0 || c.DrainTimeout < 0 {
 		return errors.New("dial_timeout must be positive and drain_timeout not negative")

@@ -9,6 +9,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -27,12 +28,13 @@ import (
 // Proxy accepts client connections and pairs each with one connection to an
 // upstream node.
 type Proxy struct {
-	cfg     Config
-	log     zerolog.Logger
-	metrics *Metrics
-	topo    *topology
-	epoch   time.Time // origin of the monotonic request timestamps
-	next    atomic.Uint32
+	cfg      Config
+	log      zerolog.Logger
+	metrics  *Metrics
+	topo     *topology
+	prepared *preparedRegistry
+	epoch    time.Time // origin of the monotonic request timestamps
+	next     atomic.Uint32
 
 	mu        sync.Mutex
 	sessions  map[*session]struct{}
@@ -56,6 +58,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Proxy, err
 		log:      log,
 		metrics:  NewMetrics(reg),
 		topo:     topo,
+		prepared: newPreparedRegistry(cfg.MaxPreparedStatements),
 		epoch:    time.Now(),
 		sessions: map[*session]struct{}{},
 	}, nil
@@ -345,6 +348,15 @@ func (s *session) serveRequests() error {
 			req.reply = replySupported
 		case frame.OpQuery, frame.OpPrepare, frame.OpExecute:
 			req.reply, req.table, req.prepared = s.classifyTopology(f, h)
+			// An EXECUTE of a statement the proxy has not seen prepared
+			// (prepared before the proxy started, or forgotten) cannot be
+			// classified: the driver is told to prepare it again, through
+			// the proxy this time.
+			if id := s.unpreparedID(f, h, req.prepared); id != nil {
+				m.protocolErrors.WithLabelValues("unprepared").Inc()
+				s.answerUnprepared(h, id)
+				continue
+			}
 		}
 
 		// Decide: per-partition limits will be applied here.
@@ -472,10 +484,11 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	return f, nil
 }
 
-// classifyTopology reports whether a QUERY, PREPARE or EXECUTE reads a
-// topology table whose rows the proxy rewrites: what to do with the reply,
-// which table a PREPARE reads, and what is known of an EXECUTE's statement.
-func (s *session) classifyTopology(f []byte, h frame.Header) (reply, reply, *preparedTopology) {
+// classifyTopology reports what the response to a QUERY, PREPARE or
+// EXECUTE needs: the rows of a topology table rewritten, or a prepared id
+// learned. For an EXECUTE it returns the prepared statement, nil when the
+// proxy does not know the id.
+func (s *session) classifyTopology(f []byte, h frame.Header) (reply, reply, *preparedStatement) {
 	body := f[frame.HeaderSize:]
 	if h.Compressed() {
 		var err error
@@ -489,23 +502,41 @@ func (s *session) classifyTopology(f []byte, h frame.Header) (reply, reply, *pre
 		if err != nil {
 			return replyForward, replyForward, nil
 		}
-		if p := s.p.topo.preparedTable(id); p != nil {
-			return p.table, replyForward, p
+		p := s.p.prepared.get(id)
+		if p == nil {
+			return replyForward, replyForward, nil
 		}
-		return replyForward, replyForward, nil
+		return p.table, replyForward, p
 	}
 	q, err := frame.QueryString(body)
 	if err != nil {
 		return replyForward, replyForward, nil
 	}
 	table := tableOf(q)
-	switch {
-	case table == replyForward:
-		return replyForward, replyForward, nil
-	case h.Opcode == frame.OpPrepare:
+	if h.Opcode == frame.OpPrepare {
 		return replyPrepared, table, nil
 	}
 	return table, replyForward, nil
+}
+
+// unpreparedID returns the id of an EXECUTE the proxy has not seen
+// prepared, or nil.
+func (s *session) unpreparedID(f []byte, h frame.Header, p *preparedStatement) []byte {
+	if h.Opcode != frame.OpExecute || p != nil {
+		return nil
+	}
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var err error
+		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return nil
+		}
+	}
+	id, err := frame.PreparedID(skipRequestPrefix(body, h))
+	if err != nil {
+		return nil
+	}
+	return id
 }
 
 // skipRequestPrefix skips the tracing-free prefix a request body may carry:
@@ -537,7 +568,7 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 	case h.Opcode != frame.OpResult:
 		return f, true, nil
 	case req.reply == replyPrepared:
-		return f, true, t.learnFromPrepared(f, comp, req.table)
+		return f, true, s.learnPrepared(f, h, comp, req.table)
 	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
 		var cols []*message.ColumnMetadata
 		if req.prepared != nil {
@@ -547,6 +578,79 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 		return out, true, err
 	}
 	return f, true, nil
+}
+
+// learnPrepared records the statement a RESULT Prepared names.
+func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply) error {
+	body := f[frame.HeaderSize:]
+	if comp != frame.CompressionNone {
+		var d frame.Decompressor
+		var err error
+		if body, err = d.Body(comp, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return err
+		}
+	}
+	body = skipResponsePrefix(body, h)
+	if len(body) < 4 || binary.BigEndian.Uint32(body) != resultPrepared {
+		return nil // an error, say
+	}
+	id, err := frame.PreparedID(body[4:])
+	if err != nil {
+		return fmt.Errorf("RESULT Prepared: %w", err)
+	}
+	p := &preparedStatement{table: table}
+	if table != replyForward {
+		if p.columns, err = s.p.topo.preparedColumns(f, comp); err != nil {
+			return err
+		}
+	}
+	s.p.prepared.put(id, p)
+	return nil
+}
+
+// resultPrepared is the RESULT kind of a Prepared result.
+const resultPrepared = 4
+
+// skipResponsePrefix skips what a response body may carry before its
+// message: a tracing id, warnings and a custom payload, as the flags say.
+func skipResponsePrefix(body []byte, h frame.Header) []byte {
+	if h.Flags&frame.FlagTracing != 0 {
+		if len(body) < 16 {
+			return nil
+		}
+		body = body[16:]
+	}
+	if h.Flags&frame.FlagWarning != 0 {
+		if len(body) < 2 {
+			return nil
+		}
+		n := int(binary.BigEndian.Uint16(body))
+		body = body[2:]
+		for range n {
+			if len(body) < 2 || len(body) < 2+int(binary.BigEndian.Uint16(body)) {
+				return nil
+			}
+			body = body[2+int(binary.BigEndian.Uint16(body)):]
+		}
+	}
+	return skipRequestPrefix(body, h)
+}
+
+// answerUnprepared tells the driver to prepare statement id again.
+func (s *session) answerUnprepared(h frame.Header, id []byte) {
+	const msg = "cqlguard: prepared statement not known to the proxy; prepare it again"
+	v := h.Version
+	b := frame.AppendHeader(s.reqScratch[:0], frame.Header{Version: v, Response: true, Stream: h.Stream, Opcode: frame.OpError})
+	b = binary.BigEndian.AppendUint32(b, uint32(frame.ErrCodeUnprepared))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(msg)))
+	b = append(b, msg...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(id)))
+	b = append(b, id...)
+	frame.SetLength(b)
+	s.reqScratch = b
+	if err := s.toClient.Write(b); err != nil {
+		s.log.Debug().Err(err).Msg("cannot answer client")
+	}
 }
 
 // answer sends the client an ERROR on stream, in place of a response from

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/md5"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -279,5 +281,36 @@ func TestAdminEndpoints(t *testing.T) {
 	node.Close()
 	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "127.0.0.3:19049") {
 		t.Errorf("/readyz with the upstream down: %d %s", code, body)
+	}
+}
+
+// An EXECUTE of a statement the proxy never saw prepared is answered with
+// Unprepared, and works once prepared through the proxy.
+func TestUnknownExecuteIsUnprepared(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19052", fakenode.Options{})
+	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19052", []string{"127.0.0.3:19052"} })
+	for _, v := range []primitive.ProtocolVersion{3, 4, 5} {
+		c := dialRaw(t, "127.0.0.5:19052", v)
+		c.startup(nil)
+		q := fmt.Sprintf("SELECT v FROM ks.t WHERE k = %d", v) // one statement per version: the registry is shared
+		id := md5.Sum([]byte(q)) // the fake node's statement id
+		exec := &message.Execute{QueryId: id[:], Options: &message.QueryOptions{}}
+		if v >= 5 {
+			exec.ResultMetadataId = id[:8]
+		}
+		c.send(3, exec)
+		f := c.recv()
+		un, ok := f.Body.Message.(*message.Unprepared)
+		if !ok || f.Header.StreamId != 3 || !bytes.Equal(un.Id, id[:]) {
+			t.Fatalf("v%d: unknown EXECUTE answered with %v", v, f.Body.Message)
+		}
+		c.send(4, &message.Prepare{Query: q})
+		if _, ok := c.recv().Body.Message.(*message.PreparedResult); !ok {
+			t.Fatalf("v%d: PREPARE failed", v)
+		}
+		c.send(5, exec)
+		if f := c.recv(); f.Header.OpCode != primitive.OpCodeResult {
+			t.Fatalf("v%d: EXECUTE after PREPARE answered with %v", v, f.Body.Message)
+		}
 	}
 }

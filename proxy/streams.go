@@ -19,8 +19,8 @@ type request struct {
 	reply reply
 	table reply // for replyPrepared: which topology table was prepared
 	used  bool
-	// prepared is what is known of an EXECUTE's topology statement.
-	prepared *preparedTopology
+	// prepared is what is known of an EXECUTE's statement.
+	prepared *preparedStatement
 }
 
 // streamPage is one page of the in-flight table.

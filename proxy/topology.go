@@ -17,8 +17,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
-	"sync/atomic"
 
 	"github.com/datastax/go-cassandra-native-protocol/compression/lz4"
 	"github.com/datastax/go-cassandra-native-protocol/compression/snappy"
@@ -48,21 +46,13 @@ var strippedSupported = []string{
 // single token owns the whole ring.
 const wholeRing = "-9223372036854775808"
 
-// preparedTopology is what the proxy knows of a prepared topology query.
-type preparedTopology struct {
-	table   reply
-	columns []*message.ColumnMetadata // result columns, for EXECUTEs that skip metadata
-}
-
 // topology rewrites what drivers learn of the cluster.
 type topology struct {
 	mode      string
 	advertise net.IP // 4 or 16 bytes, as inet values carry it
 	port      int32
-	hostID    primitive.UUID                               // the proxy's host id in cluster mode
-	peers     map[string]*net.TCPAddr                      // node mode: upstream peer ip -> proxy address
-	prepared  atomic.Pointer[map[string]*preparedTopology] // statement id -> what it reads
-	preparedM sync.Mutex                                   // serialises copy-on-write of prepared
+	hostID    primitive.UUID          // the proxy's host id in cluster mode
+	peers     map[string]*net.TCPAddr // node mode: upstream peer ip -> proxy address
 
 	codecs [3]pframe.Codec // by frame.Compression
 }
@@ -100,8 +90,6 @@ func newTopology(cfg Config) (*topology, error) {
 	t.codecs[frame.CompressionNone] = pframe.NewCodec()
 	t.codecs[frame.CompressionLZ4] = pframe.NewCodecWithCompression(lz4.Compressor{})
 	t.codecs[frame.CompressionSnappy] = pframe.NewCodecWithCompression(snappy.Compressor{})
-	empty := map[string]*preparedTopology{}
-	t.prepared.Store(&empty)
 	return t, nil
 }
 
@@ -120,24 +108,6 @@ func tableOf(q []byte) reply {
 		return replyPeersV2
 	}
 	return replyForward
-}
-
-// preparedTable returns what the prepared statement id reads, if it is a
-// topology query. It takes no lock: the map is replaced, never changed.
-func (t *topology) preparedTable(id []byte) *preparedTopology {
-	return (*t.prepared.Load())[string(id)]
-}
-
-func (t *topology) learnPrepared(id []byte, p *preparedTopology) {
-	t.preparedM.Lock()
-	defer t.preparedM.Unlock()
-	old := *t.prepared.Load()
-	m := make(map[string]*preparedTopology, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[string(id)] = p
-	t.prepared.Store(&m)
 }
 
 // decode decodes a whole frame with the codec for comp.
@@ -316,20 +286,16 @@ func (t *topology) event(f []byte, comp frame.Compression) (out []byte, keep boo
 	return out, err == nil, err
 }
 
-// prepared records a RESULT Prepared of a topology query.
-func (t *topology) learnFromPrepared(f []byte, comp frame.Compression, table reply) error {
+// preparedColumns returns the result columns of a RESULT Prepared, which
+// EXECUTEs that skip metadata will not repeat.
+func (t *topology) preparedColumns(f []byte, comp frame.Compression) ([]*message.ColumnMetadata, error) {
 	fr, err := t.decode(f, comp)
 	if err != nil {
-		return fmt.Errorf("decoding PREPARED: %w", err)
+		return nil, fmt.Errorf("decoding PREPARED: %w", err)
 	}
 	p, ok := fr.Body.Message.(*message.PreparedResult)
-	if !ok {
-		return nil
+	if !ok || p.ResultMetadata == nil {
+		return nil, nil
 	}
-	var cols []*message.ColumnMetadata
-	if p.ResultMetadata != nil {
-		cols = p.ResultMetadata.Columns
-	}
-	t.learnPrepared(p.PreparedQueryId, &preparedTopology{table: table, columns: cols})
-	return nil
+	return p.ResultMetadata.Columns, nil
 }
