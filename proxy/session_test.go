@@ -293,7 +293,7 @@ func TestUnknownExecuteIsUnprepared(t *testing.T) {
 		c := dialRaw(t, "127.0.0.5:19052", v)
 		c.startup(nil)
 		q := fmt.Sprintf("SELECT v FROM ks.t WHERE k = %d", v) // one statement per version: the registry is shared
-		id := md5.Sum([]byte(q)) // the fake node's statement id
+		id := md5.Sum([]byte(q))                               // the fake node's statement id
 		exec := &message.Execute{QueryId: id[:], Options: &message.QueryOptions{}}
 		if v >= 5 {
 			exec.ResultMetadataId = id[:8]
