@@ -114,7 +114,7 @@ func BenchmarkForwardExecute(b *testing.B) {
 }
 
 func startBenchProxy(b *testing.B, cfg Config) *Proxy {
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry())
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 	if err != nil {
 		b.Fatal(err)
 	}

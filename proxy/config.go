@@ -55,10 +55,27 @@ type Config struct {
 	DialTimeout Duration `yaml:"dial_timeout"`
 	// DrainTimeout bounds how long shutdown waits for in-flight requests.
 	DrainTimeout Duration `yaml:"drain_timeout"`
+	// Schema configures how the proxy reads partition keys from the
+	// upstream's system_schema.
+	Schema SchemaConfig `yaml:"schema"`
 	// Admin configures the HTTP listener for /metrics, /healthz and /readyz.
 	Admin AdminConfig `yaml:"admin"`
 	// Log configures logging.
 	Log LogConfig `yaml:"log"`
+}
+
+// SchemaConfig configures reading the upstream's schema.
+type SchemaConfig struct {
+	// Username logs in to the upstream (PasswordAuthenticator); empty for
+	// none.
+	Username string `yaml:"username"`
+	// PasswordFile is a file holding the password.
+	PasswordFile string `yaml:"password_file"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `yaml:"password_env"`
+	// Refresh is how often the schema is reloaded besides on schema
+	// changes the proxy sees.
+	Refresh Duration `yaml:"refresh"`
 }
 
 // AdminConfig configures the admin HTTP listener.
@@ -220,6 +237,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DialTimeout <= 0 || c.DrainTimeout < 0 {
 		return errors.New("dial_timeout must be positive and drain_timeout not negative")
+	}
+	if c.Schema.PasswordFile != "" && c.Schema.PasswordEnv != "" {
+		return errors.New("schema: password_file and password_env are exclusive")
+	}
+	if c.Schema.Refresh < 0 {
+		return errors.New("schema.refresh must not be negative")
 	}
 	switch c.Log.Format {
 	case "json", "console":

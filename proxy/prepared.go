@@ -14,6 +14,14 @@ type preparedStatement struct {
 	// columns are a topology query's result columns, for EXECUTEs that
 	// skip metadata.
 	columns []*message.ColumnMetadata
+
+	// What classification needs: the statement's table and operation, and
+	// where each partition key component comes from (nil when the
+	// statement does not pin its partitions).
+	keyspace, tableName []byte
+	op                  Op
+	lwt, internal       bool
+	sources             [][]pkSource
 }
 
 // preparedShards spreads the registry over locks: statement ids are hashes,

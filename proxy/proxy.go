@@ -33,6 +33,9 @@ type Proxy struct {
 	metrics  *Metrics
 	topo     *topology
 	prepared *preparedRegistry
+	schema   SchemaSource
+	observe  func(*Classification)
+	stopBg   func()    // stops background work (schema loading)
 	epoch    time.Time // origin of the monotonic request timestamps
 	next     atomic.Uint32
 
@@ -44,8 +47,25 @@ type Proxy struct {
 	lastID    uint64
 }
 
-// New returns a proxy for cfg, registering its metrics with reg.
-func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Proxy, error) {
+// Option configures a Proxy beyond its Config.
+type Option func(*Proxy)
+
+// WithObserver has the proxy call fn with the classification of every
+// QUERY, EXECUTE and BATCH, on the request path, before it is forwarded:
+// for tests and tools. fn must not keep the classification.
+func WithObserver(fn func(*Classification)) Option {
+	return func(p *Proxy) { p.observe = fn }
+}
+
+// WithSchema makes the proxy take partition keys from src instead of
+// loading them from the upstreams.
+func WithSchema(src SchemaSource) Option {
+	return func(p *Proxy) { p.schema = src }
+}
+
+// New returns a proxy for cfg, registering its metrics with reg. Unless an
+// option says otherwise, it starts loading the upstream's schema.
+func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Option) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -53,7 +73,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Proxy, err
 	if err != nil {
 		return nil, err
 	}
-	return &Proxy{
+	p := &Proxy{
 		cfg:      cfg,
 		log:      log,
 		metrics:  NewMetrics(reg),
@@ -61,7 +81,20 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Proxy, err
 		prepared: newPreparedRegistry(cfg.MaxPreparedStatements),
 		epoch:    time.Now(),
 		sessions: map[*session]struct{}{},
-	}, nil
+		stopBg:   func() {},
+	}
+	for _, opt := range opts {
+		opt(p)
+	}
+	if p.schema == nil {
+		s, stop, err := startSchema(context.Background(), cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		p.schema, p.stopBg = s, stop
+	}
+	p.topo.onSchemaChange = p.schema.Refresh
+	return p, nil
 }
 
 // Serve accepts connections on ln until ln is closed or Shutdown is called.
@@ -115,6 +148,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 
+	defer p.stopBg()
 	done := make(chan struct{})
 	go func() { p.active.Wait(); close(done) }()
 	select {
@@ -224,6 +258,7 @@ type session struct {
 	rateLimitOptIn bool              // the driver asked for the rate-limit error
 
 	decomp      frame.Decompressor // request path only
+	class       classifier         // request path only
 	reqScratch  []byte             // answers written by the request path
 	respScratch []byte             // answers written by the response path
 	closing     sync.Once
@@ -333,8 +368,10 @@ func (s *session) serveRequests() error {
 			continue
 		}
 
-		// Classify: what the proxy must do with the response.
+		// Classify: what the proxy must do with the response, and which
+		// tables, operation and partitions the request touches.
 		req := request{start: s.now()}
+		var class *Classification
 		switch h.Opcode {
 		case frame.OpStartup:
 			if f, err = s.startup(f, h); err != nil {
@@ -346,20 +383,26 @@ func (s *session) serveRequests() error {
 			s.awaitingV5.Store(h.Version >= 5)
 		case frame.OpOptions:
 			req.reply = replySupported
-		case frame.OpQuery, frame.OpPrepare, frame.OpExecute:
-			req.reply, req.table, req.prepared = s.classifyTopology(f, h)
-			// An EXECUTE of a statement the proxy has not seen prepared
-			// (prepared before the proxy started, or forgotten) cannot be
-			// classified: the driver is told to prepare it again, through
-			// the proxy this time.
-			if id := s.unpreparedID(f, h, req.prepared); id != nil {
+		case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
+			var unknown []byte
+			class, unknown = s.classify(f, h, &req)
+			// A statement the proxy has not seen prepared (prepared before
+			// the proxy started, or forgotten) cannot be classified: the
+			// driver is told to prepare it again, through the proxy.
+			if unknown != nil {
 				m.protocolErrors.WithLabelValues("unprepared").Inc()
-				s.answerUnprepared(h, id)
+				s.answerUnprepared(h, unknown)
 				continue
 			}
 		}
 
 		// Decide: per-partition limits will be applied here.
+		if class != nil {
+			req.ddl = class.Op == OpNone && !class.Internal
+			if s.p.observe != nil {
+				s.p.observe(class)
+			}
+		}
 
 		// Forward. The stream is recorded first so that a fast response
 		// finds it.
@@ -416,6 +459,9 @@ func (s *session) serveResponses() error {
 		s.mu.Unlock()
 		if ok {
 			m.upstreamLatency.Observe(float64(s.now()-req.start) / 1e9)
+			if req.ddl {
+				s.p.schema.Refresh()
+			}
 		}
 
 		if h.Opcode == frame.OpEvent || req.reply != replyForward {
@@ -484,59 +530,55 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	return f, nil
 }
 
-// classifyTopology reports what the response to a QUERY, PREPARE or
-// EXECUTE needs: the rows of a topology table rewritten, or a prepared id
-// learned. For an EXECUTE it returns the prepared statement, nil when the
-// proxy does not know the id.
-func (s *session) classifyTopology(f []byte, h frame.Header) (reply, reply, *preparedStatement) {
+// classify classifies a QUERY, PREPARE, EXECUTE or BATCH, and notes in
+// req what its response needs (topology rows rewritten, a prepared
+// statement learned). It returns the id of a statement the proxy has not
+// seen prepared, which the driver must prepare again.
+func (s *session) classify(f []byte, h frame.Header, req *request) (*Classification, []byte) {
 	body := f[frame.HeaderSize:]
 	if h.Compressed() {
 		var err error
 		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
-			return replyForward, replyForward, nil // the upstream will say what is wrong
+			return nil, nil // forwarded as it is: the upstream will say what is wrong
 		}
 	}
 	body = skipRequestPrefix(body, h)
-	if h.Opcode == frame.OpExecute {
-		id, err := frame.PreparedID(body)
+	snap := s.p.schema.Current()
+	switch h.Opcode {
+	case frame.OpQuery:
+		q, err := frame.ParseQuery(body, h.Version)
 		if err != nil {
-			return replyForward, replyForward, nil
+			return nil, nil
 		}
-		p := s.p.prepared.get(id)
+		req.reply = tableOf(q.Text)
+		return s.class.query(&q, snap), nil
+	case frame.OpPrepare:
+		q, err := frame.QueryString(body)
+		if err != nil {
+			return nil, nil
+		}
+		req.reply, req.table = replyPrepared, tableOf(q)
+		req.prepared = s.class.prepare(q, snap)
+		return nil, nil
+	case frame.OpExecute:
+		q, err := frame.ParseExecute(body, h.Version)
+		if err != nil {
+			return nil, nil
+		}
+		p := s.p.prepared.get(q.ID)
 		if p == nil {
-			return replyForward, replyForward, nil
+			return nil, q.ID
 		}
-		return p.table, replyForward, p
-	}
-	q, err := frame.QueryString(body)
-	if err != nil {
-		return replyForward, replyForward, nil
-	}
-	table := tableOf(q)
-	if h.Opcode == frame.OpPrepare {
-		return replyPrepared, table, nil
-	}
-	return table, replyForward, nil
-}
-
-// unpreparedID returns the id of an EXECUTE the proxy has not seen
-// prepared, or nil.
-func (s *session) unpreparedID(f []byte, h frame.Header, p *preparedStatement) []byte {
-	if h.Opcode != frame.OpExecute || p != nil {
-		return nil
-	}
-	body := f[frame.HeaderSize:]
-	if h.Compressed() {
-		var err error
-		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
-			return nil
+		req.reply, req.prepared = p.table, p
+		return s.class.execute(&q, p, snap), nil
+	case frame.OpBatch:
+		b, err := frame.ParseBatch(body, h.Version)
+		if err != nil {
+			return nil, nil
 		}
+		return s.class.batch(&b, s.p.prepared, snap)
 	}
-	id, err := frame.PreparedID(skipRequestPrefix(body, h))
-	if err != nil {
-		return nil
-	}
-	return id
+	return nil, nil
 }
 
 // skipRequestPrefix skips the tracing-free prefix a request body may carry:
@@ -568,7 +610,7 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 	case h.Opcode != frame.OpResult:
 		return f, true, nil
 	case req.reply == replyPrepared:
-		return f, true, s.learnPrepared(f, h, comp, req.table)
+		return f, true, s.learnPrepared(f, h, comp, req.table, req.prepared)
 	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
 		var cols []*message.ColumnMetadata
 		if req.prepared != nil {
@@ -580,8 +622,10 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 	return f, true, nil
 }
 
-// learnPrepared records the statement a RESULT Prepared names.
-func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply) error {
+// learnPrepared records the statement a RESULT Prepared names: what the
+// request path learned of its text (p), completed with the partition key
+// indexes the upstream reports.
+func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply, p *preparedStatement) error {
 	body := f[frame.HeaderSize:]
 	if comp != frame.CompressionNone {
 		var d frame.Decompressor
@@ -594,17 +638,32 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 	if len(body) < 4 || binary.BigEndian.Uint32(body) != resultPrepared {
 		return nil // an error, say
 	}
-	id, err := frame.PreparedID(body[4:])
+	prep, err := frame.ParsePrepared(body, h.Version)
 	if err != nil {
 		return fmt.Errorf("RESULT Prepared: %w", err)
 	}
-	p := &preparedStatement{table: table}
+	if p == nil {
+		p = &preparedStatement{}
+	}
+	p.table = table
+	if p.sources == nil && prep.PKIndexes.Len() > 0 && p.op != OpNone {
+		// The schema did not say (a table it does not know yet, say), but
+		// the upstream did (v4 and later): each partition key column is
+		// one bound variable.
+		for i := range prep.PKIndexes.Len() {
+			p.sources = append(p.sources, []pkSource{{index: int(prep.PKIndexes.At(i))}})
+		}
+		if len(p.keyspace) == 0 {
+			p.keyspace = append([]byte(nil), prep.Keyspace...)
+		}
+	}
+	p.lwt = p.lwt || prep.LWT
 	if table != replyForward {
 		if p.columns, err = s.p.topo.preparedColumns(f, comp); err != nil {
 			return err
 		}
 	}
-	s.p.prepared.put(id, p)
+	s.p.prepared.put(prep.ID, p)
 	return nil
 }
 

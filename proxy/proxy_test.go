@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
@@ -35,6 +36,12 @@ func fakeNode(t *testing.T, addr string, opts fakenode.Options) *fakenode.Node {
 	t.Cleanup(n.Close)
 	return n
 }
+
+// staticSchema is a schema source that never changes.
+type staticSchema struct{ snap *schema.Snapshot }
+
+func (s staticSchema) Current() *schema.Snapshot { return s.snap }
+func (s staticSchema) Refresh()                  {}
 
 // testLogger discards logs unless CQLGUARD_DEBUG=1.
 func testLogger() zerolog.Logger {
@@ -50,7 +57,7 @@ func startProxy(t *testing.T, edit func(*Config)) *Proxy {
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
 	edit(&cfg)
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry())
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -202,7 +202,7 @@ func TestDrainAnswersInFlight(t *testing.T) {
 	fakeNode(t, "127.0.0.3:19048", fakenode.Options{SlowQuery: "slow", SlowFor: 300 * time.Millisecond})
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.5:19048", []string{"127.0.0.3:19048"}, ""
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry())
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestAdminEndpoints(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.Upstreams = "127.0.0.5:19049", []string{"127.0.0.3:19049"}
-	p, err := New(cfg, testLogger(), reg)
+	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{}))
 	if err != nil {
 		t.Fatal(err)
 	}

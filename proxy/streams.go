@@ -19,6 +19,7 @@ type request struct {
 	reply reply
 	table reply // for replyPrepared: which topology table was prepared
 	used  bool
+	ddl   bool // may change the schema: reload it once answered
 	// prepared is what is known of an EXECUTE's statement.
 	prepared *preparedStatement
 }

@@ -53,6 +53,8 @@ type topology struct {
 	port      int32
 	hostID    primitive.UUID          // the proxy's host id in cluster mode
 	peers     map[string]*net.TCPAddr // node mode: upstream peer ip -> proxy address
+	// onSchemaChange is called for each schema change event passing by.
+	onSchemaChange func()
 
 	codecs [3]pframe.Codec // by frame.Compression
 }
@@ -267,6 +269,11 @@ func (t *topology) event(f []byte, comp frame.Compression) (out []byte, keep boo
 	}
 	var addr **primitive.Inet
 	switch e := fr.Body.Message.(type) {
+	case *message.SchemaChangeEvent:
+		if t.onSchemaChange != nil {
+			t.onSchemaChange()
+		}
+		return f, true, nil
 	case *message.TopologyChangeEvent:
 		addr = &e.Address
 	case *message.StatusChangeEvent:

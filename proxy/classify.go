@@ -1,0 +1,424 @@
+package proxy
+
+// Classification: which tables, operation and partitions a request
+// touches. It runs on the request path for every QUERY, EXECUTE and BATCH,
+// so it reuses the connection's buffers and allocates nothing in steady
+// state. What cannot be pinned to partitions (a scan, a token range, a
+// partition key computed by a function, a table the schema does not know
+// yet) is reported as not pinned, never guessed.
+
+import (
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
+)
+
+// Op is the operation type a request counts as.
+type Op uint8
+
+// Operation types.
+const (
+	OpNone  Op = iota // neither a read nor a write: DDL, USE, unknown
+	OpRead            // SELECT
+	OpWrite           // INSERT, UPDATE, DELETE, BATCH
+)
+
+// String returns "read", "write" or "none".
+func (o Op) String() string {
+	switch o {
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	}
+	return "none"
+}
+
+// maxPartitions bounds the partitions one request is pinned to: an IN list
+// (or a batch) past it pins nothing rather than make the proxy hash
+// without bound.
+const maxPartitions = 1024
+
+// Partition is one partition a request touches.
+type Partition struct {
+	Table *schema.Table
+	Token int64
+}
+
+// Classification is what the proxy learned of a request. Its slices are
+// the classifier's, valid until its next call.
+type Classification struct {
+	// Keyspace and Table name the request's (first) statement's table.
+	Keyspace, Table []byte
+	Op              Op
+	// Internal is set for the system keyspaces, which are never limited.
+	Internal bool
+	// Pinned is set when Partitions lists every partition the request
+	// touches.
+	Pinned bool
+	// LWT is set for lightweight transactions (IF clauses).
+	LWT bool
+	// Counter is set for counter tables.
+	Counter bool
+	// Batch is set for a BATCH; Logged for a logged one.
+	Batch, Logged bool
+	// Partitions are the distinct partitions, when Pinned.
+	Partitions []Partition
+}
+
+// pkSource says where a prepared statement's partition key component
+// comes from: a bound variable, or a literal serialized at prepare time.
+type pkSource struct {
+	index   int // bound variable index, or -1
+	literal []byte
+}
+
+// classifier classifies one connection's requests.
+type classifier struct {
+	keyspace []byte // the connection's keyspace, from USE
+	rec      frame.Recognizer
+	key      schema.KeyBuilder
+	comps    []byte   // serialized key components, back to back
+	spans    [][2]int // component spans in comps, column after column
+	cols     []int    // column i's spans are spans[cols[i]:cols[i+1]]
+	odometer []int
+	c        Classification
+}
+
+func (c *classifier) reset() {
+	c.c = Classification{Partitions: c.c.Partitions[:0]}
+}
+
+// isInternal reports whether keyspace is one of Cassandra's or ScyllaDB's
+// own (system, system_schema, system_auth, ...).
+func isInternal(keyspace []byte) bool {
+	const p = "system"
+	return len(keyspace) >= len(p) && string(keyspace[:len(p)]) == p &&
+		(len(keyspace) == len(p) || keyspace[len(p)] == '_')
+}
+
+func opOf(k frame.StatementKind) Op {
+	switch k {
+	case frame.StmtSelect:
+		return OpRead
+	case frame.StmtInsert, frame.StmtUpdate, frame.StmtDelete:
+		return OpWrite
+	}
+	return OpNone
+}
+
+// keyspaceOf picks the keyspace a statement runs in: its own, the
+// request's (v5), or the connection's.
+func (c *classifier) keyspaceOf(stmt, request []byte) []byte {
+	switch {
+	case len(stmt) > 0:
+		return stmt
+	case len(request) > 0:
+		return request
+	}
+	return c.keyspace
+}
+
+// query classifies a QUERY.
+func (c *classifier) query(q *frame.Query, snap *schema.Snapshot) *Classification {
+	c.reset()
+	st := c.rec.Recognize(q.Text)
+	if st.Kind == frame.StmtUse {
+		// Drivers wait for USE to complete before sending more on the
+		// connection; a failed USE leaves later statements failing anyway.
+		c.keyspace = append(c.keyspace[:0], st.Keyspace...)
+		return &c.c
+	}
+	if st.Kind == frame.StmtBatch {
+		c.c.Op, c.c.Batch, c.c.Pinned = OpWrite, true, true
+		ks := q.Keyspace
+		c.rec.Statements(q.Text, func(st *frame.Statement) {
+			c.statement(st, c.keyspaceOf(st.Keyspace, ks), snap, &q.Values, true)
+		})
+		return &c.c
+	}
+	c.c.Pinned = true
+	c.statement(st, c.keyspaceOf(st.Keyspace, q.Keyspace), snap, &q.Values, false)
+	return &c.c
+}
+
+// statement adds one recognised statement to the classification: its op,
+// table and partitions, or unpins the whole when it pins nothing.
+func (c *classifier) statement(st *frame.Statement, ks []byte, snap *schema.Snapshot, values *frame.Values, inBatch bool) {
+	op := opOf(st.Kind)
+	if c.c.Table == nil {
+		c.c.Keyspace, c.c.Table = ks, st.Table
+	}
+	if !inBatch {
+		c.c.Op = op
+	}
+	c.c.LWT = c.c.LWT || st.LWT
+	if op == OpNone {
+		c.c.Pinned = false
+		return
+	}
+	if isInternal(ks) {
+		c.c.Internal = true
+		c.c.Pinned = false
+		return
+	}
+	t := snap.Table(ks, st.Table)
+	if t == nil {
+		c.c.Pinned = false
+		return
+	}
+	c.c.Counter = c.c.Counter || t.Counter
+	if !c.c.Pinned {
+		return // a batch already unpinned: nothing more to learn
+	}
+	if !c.sourcesFromStatement(st, t, values) || !c.addPartitions(t) {
+		c.c.Pinned = false
+	}
+}
+
+// sourcesFromStatement gathers each partition key column's candidate
+// components from the statement's restrictions: literals serialized as
+// Cassandra would, bound markers from values.
+func (c *classifier) sourcesFromStatement(st *frame.Statement, t *schema.Table, values *frame.Values) bool {
+	c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
+	for _, col := range t.PartitionKey {
+		r := restriction(st, col.Name)
+		if r == nil || !r.Pinned || len(r.Terms) == 0 {
+			return false
+		}
+		c.cols = append(c.cols, len(c.spans))
+		for _, term := range r.Terms {
+			start := len(c.comps)
+			switch term.Kind {
+			case frame.TermLiteral:
+				var err error
+				if c.comps, err = schema.AppendLiteral(c.comps, col.Type, term.Text); err != nil {
+					return false
+				}
+			case frame.TermPositional, frame.TermNamed:
+				v, ok := boundValue(values, term)
+				if !ok {
+					return false
+				}
+				c.comps = append(c.comps, v...)
+			default:
+				return false
+			}
+			c.spans = append(c.spans, [2]int{start, len(c.comps)})
+		}
+	}
+	c.cols = append(c.cols, len(c.spans))
+	return true
+}
+
+// restriction finds the restriction on the column named name.
+func restriction(st *frame.Statement, name string) *frame.Restriction {
+	for i := range st.Restrictions {
+		if string(st.Restrictions[i].Column) == name {
+			return &st.Restrictions[i]
+		}
+	}
+	return nil
+}
+
+// boundValue returns the value bound to a marker: by name when the request
+// names its values, else by position. Null and unset values pin nothing.
+func boundValue(values *frame.Values, term frame.Term) ([]byte, bool) {
+	var v frame.Value
+	var ok bool
+	if values.Named() {
+		if term.Kind != frame.TermNamed {
+			return nil, false
+		}
+		v, ok = values.Lookup(term.Text)
+	} else {
+		v, ok = values.At(term.Index)
+	}
+	if !ok || v.Kind != frame.ValueSet {
+		return nil, false
+	}
+	return v.Bytes, true
+}
+
+// addPartitions adds the partitions the gathered candidates select: every
+// combination of one candidate per column (IN lists multiply).
+func (c *classifier) addPartitions(t *schema.Table) bool {
+	ncols := len(c.cols) - 1
+	n := 1
+	for i := range ncols {
+		n *= c.cols[i+1] - c.cols[i]
+		if n > maxPartitions {
+			return false
+		}
+	}
+	if n == 0 {
+		return true // IN (): no partition at all
+	}
+	if len(c.c.Partitions)+n > maxPartitions {
+		return false
+	}
+	c.odometer = c.odometer[:0]
+	for range ncols {
+		c.odometer = append(c.odometer, 0)
+	}
+	for {
+		c.key.Reset()
+		for i := range ncols {
+			sp := c.spans[c.cols[i]+c.odometer[i]]
+			c.key.Add(c.comps[sp[0]:sp[1]])
+		}
+		c.addPartition(Partition{Table: t, Token: c.key.Token()})
+		i := ncols - 1
+		for ; i >= 0; i-- {
+			c.odometer[i]++
+			if c.odometer[i] < c.cols[i+1]-c.cols[i] {
+				break
+			}
+			c.odometer[i] = 0
+		}
+		if i < 0 {
+			return true
+		}
+	}
+}
+
+// addPartition adds p unless the request already touches it: a batch
+// counts each distinct partition once.
+func (c *classifier) addPartition(p Partition) {
+	for _, q := range c.c.Partitions {
+		if q == p {
+			return
+		}
+	}
+	c.c.Partitions = append(c.c.Partitions, p)
+}
+
+// prepare learns what it can of a statement being prepared; the id and
+// the partition key indexes come with the upstream's answer. It allocates:
+// preparing is rare.
+func (c *classifier) prepare(text []byte, snap *schema.Snapshot) *preparedStatement {
+	st := c.rec.Recognize(text)
+	p := &preparedStatement{op: opOf(st.Kind), lwt: st.LWT}
+	if p.op == OpNone {
+		return p
+	}
+	ks := c.keyspaceOf(st.Keyspace, nil)
+	p.keyspace, p.tableName = append([]byte(nil), ks...), append([]byte(nil), st.Table...)
+	p.internal = isInternal(ks)
+	t := snap.Table(ks, st.Table)
+	if p.internal || t == nil {
+		return p
+	}
+	sources := make([][]pkSource, 0, len(t.PartitionKey))
+	for _, col := range t.PartitionKey {
+		r := restriction(st, col.Name)
+		if r == nil || !r.Pinned || len(r.Terms) == 0 {
+			return p
+		}
+		var terms []pkSource
+		for _, term := range r.Terms {
+			switch term.Kind {
+			case frame.TermLiteral:
+				b, err := schema.AppendLiteral(nil, col.Type, term.Text)
+				if err != nil {
+					return p
+				}
+				terms = append(terms, pkSource{index: -1, literal: b})
+			case frame.TermPositional, frame.TermNamed:
+				// A prepared statement's variables are numbered by marker
+				// position, named or not.
+				terms = append(terms, pkSource{index: term.Index})
+			default:
+				return p
+			}
+		}
+		sources = append(sources, terms)
+	}
+	p.sources = sources
+	return p
+}
+
+// execute classifies an EXECUTE of prepared statement p.
+func (c *classifier) execute(q *frame.Query, p *preparedStatement, snap *schema.Snapshot) *Classification {
+	c.reset()
+	c.executeInto(p, &q.Values, snap, false)
+	return &c.c
+}
+
+// executeInto adds a prepared statement with its bound values to the
+// classification, alone or as a batch child.
+func (c *classifier) executeInto(p *preparedStatement, values *frame.Values, snap *schema.Snapshot, inBatch bool) {
+	if c.c.Table == nil {
+		c.c.Keyspace, c.c.Table = p.keyspace, p.tableName
+	}
+	if !inBatch {
+		c.c.Op, c.c.Pinned = p.op, true
+	}
+	c.c.LWT = c.c.LWT || p.lwt
+	switch {
+	case p.op == OpNone:
+		c.c.Pinned = false
+		return
+	case p.internal:
+		c.c.Internal, c.c.Pinned = true, false
+		return
+	}
+	t := snap.Table(p.keyspace, p.tableName)
+	if t == nil || len(p.sources) != len(t.PartitionKey) {
+		c.c.Pinned = false
+		return
+	}
+	c.c.Counter = c.c.Counter || t.Counter
+	if !c.c.Pinned {
+		return
+	}
+	c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
+	for _, terms := range p.sources {
+		c.cols = append(c.cols, len(c.spans))
+		for _, src := range terms {
+			start := len(c.comps)
+			if src.index < 0 {
+				c.comps = append(c.comps, src.literal...)
+			} else {
+				v, ok := values.At(src.index)
+				if !ok || v.Kind != frame.ValueSet {
+					c.c.Pinned = false
+					return
+				}
+				c.comps = append(c.comps, v.Bytes...)
+			}
+			c.spans = append(c.spans, [2]int{start, len(c.comps)})
+		}
+	}
+	c.cols = append(c.cols, len(c.spans))
+	if !c.addPartitions(t) {
+		c.c.Pinned = false
+	}
+}
+
+// batch classifies a BATCH. It returns the id of a child statement the
+// proxy has not seen prepared, when there is one.
+func (c *classifier) batch(b *frame.Batch, reg *preparedRegistry, snap *schema.Snapshot) (*Classification, []byte) {
+	c.reset()
+	c.c.Op, c.c.Batch, c.c.Pinned = OpWrite, true, true
+	c.c.Logged = b.Type == frame.BatchLogged
+	for {
+		child, ok := b.Next()
+		if !ok {
+			break
+		}
+		if child.Prepared {
+			p := reg.get(child.ID)
+			if p == nil {
+				return &c.c, child.ID
+			}
+			c.executeInto(p, &child.Values, snap, true)
+			continue
+		}
+		st := c.rec.Recognize(child.Text)
+		c.statement(st, c.keyspaceOf(st.Keyspace, b.Keyspace), snap, &child.Values, true)
+	}
+	if !c.c.Pinned {
+		c.c.Partitions = c.c.Partitions[:0]
+	}
+	return &c.c, nil
+}

@@ -1,0 +1,221 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
+)
+
+func testSnapshot(t testing.TB) *schema.Snapshot {
+	typ := func(s string) schema.Type {
+		ty, err := schema.ParseType(s, nil, "ks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ty
+	}
+	return schema.NewSnapshot([]*schema.Table{
+		{Keyspace: "ks", Name: "kv", PartitionKey: []schema.Column{{Name: "k", Type: typ("int")}}},
+		{Keyspace: "ks", Name: "comp", PartitionKey: []schema.Column{{Name: "a", Type: typ("int")}, {Name: "b", Type: typ("text")}}},
+		{Keyspace: "ks", Name: "counts", PartitionKey: []schema.Column{{Name: "k", Type: typ("text")}}, Counter: true},
+		{Keyspace: "Ks", Name: "Tab", PartitionKey: []schema.Column{{Name: "Key", Type: typ("bigint")}}},
+	})
+}
+
+func intBytes(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
+
+func tokenOf(components ...[]byte) int64 {
+	var k schema.KeyBuilder
+	for _, c := range components {
+		k.Add(c)
+	}
+	return k.Token()
+}
+
+// encodeBody encodes msg with the oracle and returns its body.
+func encodeBody(t testing.TB, v primitive.ProtocolVersion, msg message.Message) []byte {
+	var b bytes.Buffer
+	if err := pframe.NewCodec().EncodeFrame(pframe.NewFrame(v, 1, msg), &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()[frame.HeaderSize:]
+}
+
+func TestClassifyQuery(t *testing.T) {
+	snap := testSnapshot(t)
+	k1, k2 := tokenOf(intBytes(1)), tokenOf(intBytes(2))
+	ab := tokenOf(intBytes(7), []byte("x"))
+	tests := []struct {
+		q        string
+		values   []*primitive.Value
+		op       Op
+		pinned   bool
+		internal bool
+		lwt      bool
+		counter  bool
+		tokens   []int64
+	}{
+		{q: "SELECT * FROM ks.kv WHERE k = 1", op: OpRead, pinned: true, tokens: []int64{k1}},
+		{q: "SELECT * FROM ks.kv WHERE k IN (1, 2, 1)", op: OpRead, pinned: true, tokens: []int64{k1, k2}},
+		{q: "SELECT * FROM ks.kv WHERE k = ?", values: []*primitive.Value{primitive.NewValue(intBytes(2))}, op: OpRead, pinned: true, tokens: []int64{k2}},
+		{q: "SELECT * FROM ks.kv WHERE k = ?", values: []*primitive.Value{primitive.NewNullValue()}, op: OpRead},
+		{q: "SELECT * FROM ks.kv", op: OpRead},
+		{q: "SELECT * FROM ks.kv WHERE token(k) > 5", op: OpRead},
+		{q: "SELECT * FROM ks.unknown WHERE k = 1", op: OpRead},
+		{q: "INSERT INTO ks.kv (k, v) VALUES (2, 'x')", op: OpWrite, pinned: true, tokens: []int64{k2}},
+		{q: "INSERT INTO ks.kv (k, v) VALUES (2, 'x') IF NOT EXISTS", op: OpWrite, pinned: true, lwt: true, tokens: []int64{k2}},
+		{q: "UPDATE ks.comp SET v = 1 WHERE a = 7 AND b = 'x'", op: OpWrite, pinned: true, tokens: []int64{ab}},
+		{q: "UPDATE ks.comp SET v = 1 WHERE a = 7", op: OpWrite},
+		{q: "DELETE FROM ks.comp WHERE b = ? AND a = ?", values: []*primitive.Value{primitive.NewValue([]byte("x")), primitive.NewValue(intBytes(7))}, op: OpWrite, pinned: true, tokens: []int64{ab}},
+		{q: "UPDATE ks.counts SET n = n + 1 WHERE k = 'a'", op: OpWrite, pinned: true, counter: true, tokens: []int64{tokenOf([]byte("a"))}},
+		{q: `SELECT * FROM "Ks"."Tab" WHERE "Key" = 5`, op: OpRead, pinned: true, tokens: []int64{tokenOf(binary.BigEndian.AppendUint64(nil, 5))}},
+		{q: "SELECT * FROM system.local WHERE key = 'local'", op: OpRead, internal: true},
+		{q: "SELECT * FROM system_schema.tables", op: OpRead, internal: true},
+		{q: "CREATE TABLE ks.x (k int PRIMARY KEY)", op: OpNone},
+		{q: "BEGIN BATCH INSERT INTO ks.kv (k) VALUES (1); INSERT INTO ks.kv (k) VALUES (?); UPDATE ks.kv SET v = 1 WHERE k = 1 APPLY BATCH",
+			values: []*primitive.Value{primitive.NewValue(intBytes(2))}, op: OpWrite, pinned: true, tokens: []int64{k1, k2}},
+	}
+	for _, v := range []primitive.ProtocolVersion{3, 4, 5} {
+		var c classifier
+		for _, tt := range tests {
+			body := encodeBody(t, v, &message.Query{Query: tt.q, Options: &message.QueryOptions{PositionalValues: tt.values}})
+			q, err := frame.ParseQuery(body, uint8(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.query(&q, snap)
+			if got.Op != tt.op || got.Pinned != tt.pinned || got.Internal != tt.internal || got.LWT != tt.lwt || got.Counter != tt.counter {
+				t.Errorf("v%d %q: %+v", v, tt.q, *got)
+				continue
+			}
+			var tokens []int64
+			for _, p := range got.Partitions {
+				tokens = append(tokens, p.Token)
+			}
+			if len(tokens) != len(tt.tokens) {
+				t.Errorf("v%d %q: tokens %v, want %v", v, tt.q, tokens, tt.tokens)
+				continue
+			}
+			for i := range tokens {
+				if tokens[i] != tt.tokens[i] {
+					t.Errorf("v%d %q: tokens %v, want %v", v, tt.q, tokens, tt.tokens)
+				}
+			}
+		}
+	}
+}
+
+func TestClassifyUseKeyspace(t *testing.T) {
+	snap := testSnapshot(t)
+	var c classifier
+	parse := func(q string) *frame.Query {
+		qq, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: q, Options: &message.QueryOptions{}}), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &qq
+	}
+	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); got.Pinned {
+		t.Error("unqualified table pinned before USE")
+	}
+	c.query(parse("USE ks"), snap)
+	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); !got.Pinned || got.Partitions[0].Token != tokenOf(intBytes(1)) {
+		t.Errorf("after USE: %+v", *got)
+	}
+}
+
+func TestClassifyExecuteAndBatch(t *testing.T) {
+	snap := testSnapshot(t)
+	reg := newPreparedRegistry(100)
+	var c classifier
+	// Prepared from the text, with the schema.
+	p := c.prepare([]byte("UPDATE ks.comp SET v = ? WHERE b = ? AND a = 7"), snap)
+	reg.put([]byte{1}, p)
+	// Known only by the upstream's partition key indexes.
+	q := &preparedStatement{op: OpWrite, keyspace: []byte("ks"), tableName: []byte("kv"), sources: [][]pkSource{{{index: 1}}}}
+	reg.put([]byte{2}, q)
+
+	body := encodeBody(t, 4, &message.Execute{QueryId: []byte{1}, Options: &message.QueryOptions{
+		PositionalValues: []*primitive.Value{primitive.NewValue(intBytes(0)), primitive.NewValue([]byte("x"))}}})
+	e, err := frame.ParseExecute(body, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.execute(&e, reg.get([]byte{1}), snap)
+	want := tokenOf(intBytes(7), []byte("x"))
+	if !got.Pinned || got.Op != OpWrite || len(got.Partitions) != 1 || got.Partitions[0].Token != want {
+		t.Fatalf("EXECUTE: %+v", *got)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		e, _ := frame.ParseExecute(body, 4)
+		c.execute(&e, p, snap)
+	}); n != 0 {
+		t.Errorf("classifying an EXECUTE allocates %v times", n)
+	}
+
+	batch := encodeBody(t, 4, &message.Batch{Type: primitive.BatchTypeUnlogged, Children: []*message.BatchChild{
+		{Id: []byte{1}, Values: []*primitive.Value{primitive.NewValue(intBytes(0)), primitive.NewValue([]byte("x"))}},
+		{Id: []byte{2}, Values: []*primitive.Value{primitive.NewValue([]byte("v")), primitive.NewValue(intBytes(3))}},
+		{Query: "INSERT INTO ks.kv (k) VALUES (3)"},
+	}})
+	b, err := frame.ParseBatch(batch, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, unknown := c.batch(&b, reg, snap)
+	if unknown != nil || !got.Pinned || !got.Batch || got.Logged || len(got.Partitions) != 2 {
+		t.Fatalf("BATCH: %+v", *got)
+	}
+	if got.Partitions[1].Token != tokenOf(intBytes(3)) {
+		t.Errorf("BATCH counted partition 3 twice or wrongly: %+v", got.Partitions)
+	}
+
+	missing := encodeBody(t, 4, &message.Batch{Type: primitive.BatchTypeLogged, Children: []*message.BatchChild{{Id: []byte{9}}}})
+	b, _ = frame.ParseBatch(missing, 4)
+	if _, unknown := c.batch(&b, reg, snap); string(unknown) != "\x09" {
+		t.Errorf("unknown child id %v", unknown)
+	}
+}
+
+func BenchmarkClassifyExecute(b *testing.B) {
+	snap := testSnapshot(b)
+	var c classifier
+	p := c.prepare([]byte("SELECT * FROM ks.comp WHERE a = ? AND b = ?"), snap)
+	body := encodeBody(b, 4, &message.Execute{QueryId: make([]byte, 16), Options: &message.QueryOptions{
+		Consistency:      primitive.ConsistencyLevelLocalQuorum,
+		PositionalValues: []*primitive.Value{primitive.NewValue(intBytes(42)), primitive.NewValue([]byte("user:12345"))}}})
+	b.ReportAllocs()
+	for b.Loop() {
+		e, _ := frame.ParseExecute(body, 4)
+		c.execute(&e, p, snap)
+	}
+}
+
+func BenchmarkClassifyInlineSelect(b *testing.B) {
+	snap := testSnapshot(b)
+	var c classifier
+	body := encodeBody(b, 4, &message.Query{Query: "SELECT v FROM ks.comp WHERE a = 42 AND b = 'user:12345'", Options: &message.QueryOptions{}})
+	b.ReportAllocs()
+	for b.Loop() {
+		q, _ := frame.ParseQuery(body, 4)
+		c.query(&q, snap)
+	}
+}
+
+func BenchmarkClassifyInlineInsert(b *testing.B) {
+	snap := testSnapshot(b)
+	var c classifier
+	body := encodeBody(b, 4, &message.Query{Query: "INSERT INTO ks.comp (a, b, v) VALUES (42, 'user:12345', 'some value') USING TTL 3600", Options: &message.QueryOptions{}})
+	b.ReportAllocs()
+	for b.Loop() {
+		q, _ := frame.ParseQuery(body, 4)
+		c.query(&q, snap)
+	}
+}

@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/schema"
+)
+
+// SchemaSource supplies the partition keys of the upstream's tables.
+type SchemaSource interface {
+	// Current returns the latest snapshot; never nil.
+	Current() *schema.Snapshot
+	// Refresh asks for a reload soon, without blocking.
+	Refresh()
+}
+
+// upstreamSchema loads the schema from the upstream nodes, connecting on
+// first use so that the proxy starts even while they are down.
+type upstreamSchema struct {
+	cfg     schema.DialConfig
+	mu      sync.Mutex
+	session *gocql.Session
+}
+
+// Load implements schema.Source.
+func (u *upstreamSchema) Load(ctx context.Context) (*schema.Snapshot, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session == nil {
+		s, err := schema.Dial(ctx, u.cfg)
+		if err != nil {
+			return nil, err
+		}
+		u.session = s
+	}
+	return schema.NewLoader(u.session).Load(ctx)
+}
+
+func (u *upstreamSchema) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session != nil {
+		u.session.Close()
+	}
+}
+
+// startSchema starts loading the schema from cfg's upstreams until ctx
+// ends.
+func startSchema(ctx context.Context, cfg Config, log zerolog.Logger) (*schema.Schema, func(), error) {
+	password, err := cfg.Schema.password()
+	if err != nil {
+		return nil, nil, err
+	}
+	src := &upstreamSchema{cfg: schema.DialConfig{
+		Upstreams: cfg.Upstreams,
+		Username:  cfg.Schema.Username,
+		Password:  password,
+		Timeout:   time.Duration(cfg.DialTimeout),
+		Log:       log,
+	}}
+	s := schema.New(src, log.With().Str("component", "schema").Logger(), time.Duration(cfg.Schema.Refresh))
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	return s, func() { cancel(); <-done; src.close() }, nil
+}
+
+// password reads the upstream password from a file or the environment,
+// never from flags or the config file itself.
+func (c SchemaConfig) password() (string, error) {
+	switch {
+	case c.PasswordFile != "":
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("schema.password_file: %w", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	case c.PasswordEnv != "":
+		v, ok := os.LookupEnv(c.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("schema.password_env: %s is not set", c.PasswordEnv)
+		}
+		return v, nil
+	}
+	return "", nil
+}
