@@ -1,0 +1,104 @@
+package ratelimit
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+)
+
+var algorithms = []string{AlgorithmScylla, AlgorithmTokenBucket}
+
+// BenchmarkAllow measures one decision, cycling over 4,096 partitions at
+// 1,000 operations per second each: on the system clock, and on a fixed
+// clock, which shows the clock's share.
+func BenchmarkAllow(b *testing.B) {
+	fixed := func() int64 { return epoch }
+	for _, alg := range algorithms {
+		for _, clock := range []string{"system-clock", "fixed-clock"} {
+			b.Run(alg+"/"+clock, func(b *testing.B) {
+				cfg := Config{Algorithm: alg}
+				if clock == "fixed-clock" {
+					cfg.Clock = fixed
+				}
+				l, err := New(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				var i int64
+				for b.Loop() {
+					i++
+					l.Allow(i&4095, 0, 1000)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkAllowParallel measures decisions from GOMAXPROCS goroutines,
+// each on partitions of its own: "hot" cycles over 4,096 partitions per
+// goroutine, "distinct" never repeats a partition. Run it with -cpu 1,2,4...
+// to see scaling; "shards=8x" gives the limiter 8 shards per core, which
+// makes two cores meeting on one shard's lock rarer.
+func BenchmarkAllowParallel(b *testing.B) {
+	for _, alg := range algorithms {
+		for _, mode := range []string{"hot", "distinct", "hot/shards=8x"} {
+			b.Run(alg+"/"+mode, func(b *testing.B) {
+				shards := 0
+				if mode == "hot/shards=8x" {
+					shards = 8 * runtime.GOMAXPROCS(0)
+				}
+				l, err := New(Config{Algorithm: alg, Shards: shards})
+				if err != nil {
+					b.Fatal(err)
+				}
+				mask := int64(4095)
+				if mode == "distinct" {
+					mask = -1
+				}
+				var g atomic.Int64
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					base := g.Add(1) << 40
+					var i int64
+					for pb.Next() {
+						i++
+						l.Allow(int64(mix(uint64(base|i&mask))), 0, 1000)
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestMemoryConstant counts 10,000,000 distinct partitions and checks that
+// the heap does not grow: the tables are allocated by New.
+func TestMemoryConstant(t *testing.T) {
+	n := int64(10_000_000)
+	if raceEnabled || testing.Short() {
+		n = 200_000
+	}
+	for _, alg := range algorithms {
+		l, err := New(Config{Algorithm: alg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range n {
+			l.Allow(int64(mix(uint64(i))), Label(i&1), 100)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		st := l.Stats()
+		grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("%s: %d distinct partitions: heap %d -> %d bytes (%+d), %d mallocs; table %d entries, %d live, %d evictions, %d failed allocations",
+			alg, n, before.HeapAlloc, after.HeapAlloc, grew, after.Mallocs-before.Mallocs,
+			st.Capacity, st.Entries, st.Evictions, st.FailedAllocations)
+		if grew > 64<<10 {
+			t.Errorf("%s: heap grew by %d bytes over %d partitions", alg, grew, n)
+		}
+		runtime.KeepAlive(l)
+	}
+}
