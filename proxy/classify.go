@@ -295,17 +295,25 @@ func (c *classifier) addPartition(p Partition) {
 // prepare learns what it can of a statement being prepared; the id and
 // the partition key indexes come with the upstream's answer. It allocates:
 // preparing is rare.
-func (c *classifier) prepare(text []byte, snap *schema.Snapshot) *preparedStatement {
+//
+// keyspace, when not empty, is the keyspace the request names, which a
+// keyspace in the text overrides.
+func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *preparedStatement {
 	st := c.rec.Recognize(text)
 	p := &preparedStatement{op: opOf(st.Kind), lwt: st.LWT}
 	if p.op == OpNone {
 		return p
 	}
-	ks := c.keyspaceOf(st.Keyspace, nil)
+	ks := c.keyspaceOf(st.Keyspace, keyspace)
 	p.keyspace, p.tableName = append([]byte(nil), ks...), append([]byte(nil), st.Table...)
 	p.internal = isInternal(ks)
+	if p.internal {
+		return p
+	}
 	t := snap.Table(ks, st.Table)
-	if p.internal || t == nil {
+	if t == nil {
+		// Kept so that a later schema, which knows the table, resolves it.
+		p.text = append([]byte(nil), text...)
 		return p
 	}
 	sources := make([][]pkSource, 0, len(t.PartitionKey))
@@ -411,6 +419,7 @@ func (c *classifier) batch(b *frame.Batch, reg *preparedRegistry, snap *schema.S
 			if p == nil {
 				return &c.c, child.ID
 			}
+			p = reg.resolve(child.ID, p, snap, c)
 			c.executeInto(p, &child.Values, snap, true)
 			continue
 		}

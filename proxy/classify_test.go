@@ -136,7 +136,7 @@ func TestClassifyExecuteAndBatch(t *testing.T) {
 	reg := newPreparedRegistry(100)
 	var c classifier
 	// Prepared from the text, with the schema.
-	p := c.prepare([]byte("UPDATE ks.comp SET v = ? WHERE b = ? AND a = 7"), snap)
+	p := c.prepare([]byte("UPDATE ks.comp SET v = ? WHERE b = ? AND a = 7"), nil, snap)
 	reg.put([]byte{1}, p)
 	// Known only by the upstream's partition key indexes.
 	q := &preparedStatement{op: OpWrite, keyspace: []byte("ks"), tableName: []byte("kv"), sources: [][]pkSource{{{index: 1}}}}
@@ -184,10 +184,38 @@ func TestClassifyExecuteAndBatch(t *testing.T) {
 	}
 }
 
+// A statement prepared before the proxy's schema knew its table is
+// resolved by the first EXECUTE that sees a schema that does.
+func TestPreparedResolvedLater(t *testing.T) {
+	empty := schema.NewSnapshot(nil)
+	snap := testSnapshot(t)
+	reg := newPreparedRegistry(100)
+	var c classifier
+	c.keyspace = []byte("ks")
+	id := []byte{7}
+	reg.put(id, c.prepare([]byte("SELECT * FROM kv WHERE k = 5"), nil, empty))
+	c.keyspace = []byte("other") // another connection, or a later USE
+	body := encodeBody(t, 4, &message.Execute{QueryId: id, Options: &message.QueryOptions{}})
+	e, err := frame.ParseExecute(body, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.execute(&e, reg.resolve(id, reg.get(id), empty, &c), empty); got.Pinned {
+		t.Fatalf("pinned without a schema: %+v", *got)
+	}
+	got := c.execute(&e, reg.resolve(id, reg.get(id), snap, &c), snap)
+	if !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tokenOf(intBytes(5)) {
+		t.Fatalf("not resolved with the schema: %+v", *got)
+	}
+	if p := reg.get(id); p.sources == nil || p.text != nil {
+		t.Errorf("registry keeps the unresolved statement: %+v", p)
+	}
+}
+
 func BenchmarkClassifyExecute(b *testing.B) {
 	snap := testSnapshot(b)
 	var c classifier
-	p := c.prepare([]byte("SELECT * FROM ks.comp WHERE a = ? AND b = ?"), snap)
+	p := c.prepare([]byte("SELECT * FROM ks.comp WHERE a = ? AND b = ?"), nil, snap)
 	body := encodeBody(b, 4, &message.Execute{QueryId: make([]byte, 16), Options: &message.QueryOptions{
 		Consistency:      primitive.ConsistencyLevelLocalQuorum,
 		PositionalValues: []*primitive.Value{primitive.NewValue(intBytes(42)), primitive.NewValue([]byte("user:12345"))}}})

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/datastax/go-cassandra-native-protocol/message"
+
+	"github.com/cqlguard/cqlguard/schema"
 )
 
 // preparedStatement is what the proxy knows of a prepared statement.
@@ -22,6 +25,30 @@ type preparedStatement struct {
 	op                  Op
 	lwt, internal       bool
 	sources             [][]pkSource
+
+	// text is the statement's text, kept while its partitions could not be
+	// resolved (the schema did not know its table yet), and tried the
+	// snapshot last tried: a later snapshot may know the table.
+	text  []byte
+	tried atomic.Pointer[schema.Snapshot]
+}
+
+// resolve returns the statement prepared as id, resolved against snap if
+// it was not yet and snap is newer than the last try; the resolved
+// statement replaces p in the registry. It allocates only when it tries.
+func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema.Snapshot, c *classifier) *preparedStatement {
+	if p.sources != nil || p.text == nil || p.tried.Load() == snap {
+		return p
+	}
+	p.tried.Store(snap)
+	n := c.prepare(p.text, p.keyspace, snap)
+	if n.sources == nil {
+		return p
+	}
+	n.table, n.columns, n.lwt = p.table, p.columns, n.lwt || p.lwt
+	n.text = nil
+	r.put(id, n)
+	return n
 }
 
 // preparedShards spreads the registry over locks: statement ids are hashes,

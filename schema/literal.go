@@ -24,8 +24,9 @@ package schema
 //     y-M-d[Th]H:m[:s][.fraction][zone] and yyyy-MM-dd[zone], with zones Z,
 //     +hh, +hhmm, +hh:mm, and after a space also UTC, GMT and UT);
 //   - lists [..], sets {..} (sorted and deduplicated as Cassandra's element
-//     comparator says), maps {k: v, ..} (sorted by key; of duplicate keys
-//     the first key and last value stay), tuples (..) (trailing components
+//     comparator says), maps {k: v, ..} (sorted by key; a key given twice
+//     is refused, because which value Cassandra 5 keeps depends on the
+//     order of the other entries), tuples (..) (trailing components
 //     may be left out), user type literals {field: value, ..} (any order,
 //     missing fields null) and vectors [..], nested, with null allowed in
 //     tuples and user types; white space and comments between tokens.
@@ -633,9 +634,12 @@ func (p *litParser) set(dst []byte, t Type, depth int) ([]byte, error) {
 	return dst, nil
 }
 
-// mapLiteral appends a map literal {k: v, ...}, its entries sorted by
-// key; of equal keys the first key and the last value stay, as Cassandra
-// puts them in a TreeMap.
+// ErrDuplicateMapKey is returned for a map literal that gives a key twice.
+var ErrDuplicateMapKey = errors.New("map literal gives a key twice")
+
+// mapLiteral appends a map literal {k: v, ...}, its entries sorted by key.
+// A key given twice is an error: Cassandra 5 keeps the first value or the
+// last depending on the other entries, and a token must not be guessed.
 func (p *litParser) mapLiteral(dst []byte, t Type, depth int) ([]byte, error) {
 	kt, err := elemType(t, 0)
 	if err != nil {
@@ -680,15 +684,12 @@ func (p *litParser) mapLiteral(dst []byte, t Type, depth int) ([]byte, error) {
 	slices.SortStableFunc(spans, keyCmp)
 	body, tail := at+4, len(dst)
 	n := 0
-	for i := 0; i < len(spans); {
-		j := i + 1
-		for j < len(spans) && keyCmp(spans[i], spans[j]) == 0 {
-			j++
+	for i, sp := range spans {
+		if i > 0 && keyCmp(spans[i-1], sp) == 0 {
+			return dst, ErrDuplicateMapKey
 		}
-		dst = append(dst, dst[spans[i].start:spans[i].mid]...)
-		dst = append(dst, dst[spans[j-1].mid:spans[j-1].end]...)
+		dst = append(dst, dst[sp.start:sp.end]...)
 		n++
-		i = j
 	}
 	dst = dst[:body+copy(dst[body:], dst[tail:])]
 	binary.BigEndian.PutUint32(dst[at:], uint32(n))

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func runWithCassandra(m *testing.M) int {
 			stop.Run()
 		}()
 	}
-	stop, err := startProxy(proxy.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}})
+	stop, err := startProxy(proxy.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}}, proxy.WithObserver(observed.add))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting cqlguard:", err)
 		return 1
@@ -74,7 +75,7 @@ func runWithCassandra(m *testing.M) int {
 
 // startProxy runs a proxy in this process with cfg over the defaults, and
 // returns a function that drains it.
-func startProxy(over proxy.Config) (func(), error) {
+func startProxy(over proxy.Config, opts ...proxy.Option) (func(), error) {
 	cfg := proxy.DefaultConfig()
 	cfg.Listen = over.Listen
 	cfg.Advertise = over.Advertise
@@ -83,12 +84,17 @@ func startProxy(over proxy.Config) (func(), error) {
 		cfg.Mode = over.Mode
 	}
 	cfg.Peers = over.Peers
+	// The proxy reads the schema with the test cluster's superuser, so
+	// that it can classify inline statements.
+	cfg.Schema.Username = user
+	cfg.Schema.PasswordEnv = "CQLGUARD_TEST_PASSWORD"
+	os.Setenv(cfg.Schema.PasswordEnv, password)
 	level := zerolog.WarnLevel
 	if os.Getenv("CQLGUARD_DEBUG") == "1" {
 		level = zerolog.DebugLevel
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Str("proxy", cfg.Listen).Logger()
-	p, err := proxy.New(cfg, log, prometheus.NewRegistry())
+	p, err := proxy.New(cfg, log, prometheus.NewRegistry(), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -109,4 +115,56 @@ func skipUnlessEnabled(t *testing.T) {
 	if !enabled {
 		t.Skip("set CQLGUARD_INTEGRATION=1")
 	}
+}
+
+// observed records the classifications of the shared proxy's requests to
+// the keyspaces tests watch.
+var observed = &classLog{watched: map[string]bool{}, byTable: map[string][]observation{}}
+
+// observation is one request's classification, copied out of the proxy's
+// reused buffers.
+type observation struct {
+	op     proxy.Op
+	pinned bool
+	tokens []int64
+}
+
+// classLog keeps the observations of requests to watched keyspaces, by
+// table.
+type classLog struct {
+	mu      sync.Mutex
+	watched map[string]bool
+	byTable map[string][]observation // by keyspace.table
+}
+
+// watch starts recording requests to keyspace.
+func (l *classLog) watch(keyspace string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watched[keyspace] = true
+}
+
+// take returns what was recorded for keyspace.table since the last take,
+// and forgets it.
+func (l *classLog) take(keyspace, table string) []observation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := keyspace + "." + table
+	out := l.byTable[key]
+	delete(l.byTable, key)
+	return out
+}
+
+func (l *classLog) add(c *proxy.Classification) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.watched[string(c.Keyspace)] {
+		return
+	}
+	o := observation{op: c.Op, pinned: c.Pinned}
+	for _, p := range c.Partitions {
+		o.tokens = append(o.tokens, p.Token)
+	}
+	key := string(c.Keyspace) + "." + string(c.Table)
+	l.byTable[key] = append(l.byTable[key], o)
 }
