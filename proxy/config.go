@@ -2,16 +2,21 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
 // Modes of presenting the cluster to drivers.
@@ -62,6 +67,114 @@ type Config struct {
 	Admin AdminConfig `yaml:"admin"`
 	// Log configures logging.
 	Log LogConfig `yaml:"log"`
+	// Limits configures per-partition rate limits. Unlike the rest of the
+	// configuration, most of it can be reloaded (see Proxy.ReloadConfig).
+	Limits LimitsConfig `yaml:"limits"`
+
+	// source is the SHA-256 of the file the configuration was read from,
+	// so that a file watcher can tell whether the file still says the same.
+	source [sha256.Size]byte
+}
+
+// LimitsConfig configures per-partition rate limits: how many reads and
+// writes per second one partition of a table may take through this proxy.
+type LimitsConfig struct {
+	// Algorithm is ratelimit.AlgorithmScylla (ScyllaDB's limiter, the
+	// default) or ratelimit.AlgorithmTokenBucket.
+	Algorithm string `yaml:"algorithm"`
+	// Memory is the size of the counter tables, allocated once; partitions
+	// that find no room are admitted uncounted.
+	Memory ByteSize `yaml:"memory"`
+	// Burst is the token bucket's capacity in seconds of the limit's rate;
+	// ignored by the scylla algorithm.
+	Burst float64 `yaml:"burst"`
+	// DryRun counts operations and reports what would be rejected, but
+	// rejects nothing.
+	DryRun bool `yaml:"dry_run"`
+	// LimitLWT limits lightweight transactions like other writes. ScyllaDB
+	// does not count them.
+	LimitLWT bool `yaml:"limit_lwt"`
+	// LimitCounters limits counter table updates like other writes.
+	// ScyllaDB does not count them.
+	LimitCounters bool `yaml:"limit_counters"`
+	// Default applies to every table that no more specific level limits.
+	Default RateLimits `yaml:"default"`
+	// Keyspaces are limits per keyspace and per table, by name as stored
+	// (case-sensitive, unquoted).
+	Keyspaces map[string]KeyspaceLimits `yaml:"keyspaces"`
+}
+
+// KeyspaceLimits are the limits of one keyspace's tables.
+type KeyspaceLimits struct {
+	// Default applies to the keyspace's tables that have no entry in Tables
+	// and no per_partition_rate_limit option.
+	Default RateLimits `yaml:"default"`
+	// Tables are limits by table name, as stored; they take precedence over
+	// the table's per_partition_rate_limit option.
+	Tables map[string]RateLimits `yaml:"tables"`
+}
+
+// RateLimits are per-partition limits in operations per second. Nil means
+// not set at this level, so the next level applies; 0 means unlimited.
+type RateLimits struct {
+	MaxReadsPerSecond  *OpsPerSecond `yaml:"max_reads_per_second"`
+	MaxWritesPerSecond *OpsPerSecond `yaml:"max_writes_per_second"`
+}
+
+// OpsPerSecond is a limit in operations per second, written in YAML as a
+// whole number from 0 to 4294967295.
+type OpsPerSecond uint32
+
+// UnmarshalYAML parses a whole number, refusing the fractions and negative
+// numbers that yaml.v3 would truncate or wrap.
+func (o *OpsPerSecond) UnmarshalYAML(n *yaml.Node) error {
+	v, err := strconv.ParseUint(n.Value, 10, 32)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("line %d: %q is not a whole number of operations per second from 0 to %d", n.Line, n.Value, uint32(math.MaxUint32))
+	}
+	*o = OpsPerSecond(v)
+	return nil
+}
+
+// ByteSize is a number of bytes written in YAML as an integer or with a
+// unit: 4MiB, 512KiB, 64MB (units of 1024 with "i", of 1000 without).
+type ByteSize int64
+
+// byteUnits are the multipliers of ByteSize's units, lower-cased.
+var byteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}
+
+// UnmarshalYAML parses an integer, or an integer and a unit.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := parseByteSize(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("line %d: %q is not a size in bytes (say 4MiB, 64MB or 1048576)", n.Line, n.Value)
+	}
+	*b = ByteSize(v)
+	return nil
+}
+
+// MarshalYAML writes the size as an integer.
+func (b ByteSize) MarshalYAML() (any, error) { return int64(b), nil }
+
+func parseByteSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if i < 0 {
+		i = len(s)
+	}
+	unit, ok := byteUnits[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if !ok || i == 0 {
+		return 0, errors.New("not a size")
+	}
+	v, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil || v > math.MaxInt64/unit {
+		return 0, errors.New("not a size")
+	}
+	return v * unit, nil
 }
 
 // SchemaConfig configures reading the upstream's schema.
@@ -122,17 +235,32 @@ func DefaultConfig() Config {
 		DrainTimeout:          Duration(30 * time.Second),
 		Admin:                 AdminConfig{Listen: "127.0.0.1:9180"},
 		Log:                   LogConfig{Level: "info", Format: "json"},
+		Limits: LimitsConfig{
+			Algorithm:     ratelimit.AlgorithmScylla,
+			Memory:        ratelimit.DefaultMemoryBytes,
+			Burst:         1,
+			LimitLWT:      true,
+			LimitCounters: true,
+		},
 	}
 }
 
 // LoadConfig reads the YAML file at path over DefaultConfig. Unknown keys are
 // errors, reported with the file and line.
 func LoadConfig(path string) (Config, error) {
-	cfg := DefaultConfig()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return cfg, fmt.Errorf("reading config: %w", err)
+		return DefaultConfig(), fmt.Errorf("reading config: %w", err)
 	}
+	return parseConfig(path, data)
+}
+
+// parseConfig parses data, the contents of the file at path, over
+// DefaultConfig and validates the result; errors name path and, where
+// known, the line.
+func parseConfig(path string, data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	cfg.source = sha256.Sum256(data)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	// io.EOF: an empty file means all defaults.
@@ -140,9 +268,51 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, fmt.Errorf("%s", describeYAMLError(path, err))
 	}
 	if err := cfg.Validate(); err != nil {
+		var ke *keyError
+		if errors.As(err, &ke) {
+			if line := lineOf(data, ke.path); line > 0 {
+				return cfg, fmt.Errorf("%s:%d: %w", path, line, err)
+			}
+		}
 		return cfg, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// keyError is a Validate error about the value at a key path, so that
+// LoadConfig can name the line it is on.
+type keyError struct {
+	path []string // keys from the top of the document
+	err  error
+}
+
+func (e *keyError) Error() string { return strings.Join(e.path, ".") + ": " + e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
+
+// lineOf returns the line of the key at path in the YAML document data, or
+// 0 if it cannot be found.
+func lineOf(data []byte, path []string) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	n, line := doc.Content[0], 0
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return 0
+		}
+		found := false
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				n, line, found = n.Content[i+1], n.Content[i].Line, true
+				break
+			}
+		}
+		if !found {
+			return 0
+		}
+	}
+	return line
 }
 
 var (
@@ -249,5 +419,60 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("log.format: %q is neither json nor console", c.Log.Format)
 	}
+	return c.Limits.validate()
+}
+
+// limits.memory bounds. The limiter may still refuse more than the minimum,
+// if spread over many cores it leaves each shard too small a table. The
+// maximum, 4,096 times a ScyllaDB shard's table, keeps a slip of units
+// from allocating the machine's memory.
+const (
+	minLimitsMemory = 64 << 10
+	maxLimitsMemory = 4 << 30
+)
+
+// maxBurst bounds limits.burst so that it fits the limiter's nanoseconds.
+const maxBurst = 1e9
+
+// validate checks the limits section; errors are keyErrors.
+func (c *LimitsConfig) validate() error {
+	bad := func(err error, path ...string) error {
+		return &keyError{path: append([]string{"limits"}, path...), err: err}
+	}
+	switch c.Algorithm {
+	case ratelimit.AlgorithmScylla, ratelimit.AlgorithmTokenBucket:
+	default:
+		return bad(fmt.Errorf("%q is neither %q nor %q", c.Algorithm, ratelimit.AlgorithmScylla, ratelimit.AlgorithmTokenBucket), "algorithm")
+	}
+	if c.Memory < minLimitsMemory || c.Memory > maxLimitsMemory {
+		return bad(fmt.Errorf("%d bytes is outside 64 KiB to 4 GiB", c.Memory), "memory")
+	}
+	if !(c.Burst > 0) || c.Burst > maxBurst {
+		return bad(fmt.Errorf("%v must be a positive number of seconds", c.Burst), "burst")
+	}
+	for ks, kl := range c.Keyspaces {
+		if !isStoredName(ks) {
+			return bad(fmt.Errorf("%q is not a keyspace name as stored: letters, digits and underscores, case-sensitive, no quotes", ks), "keyspaces", ks)
+		}
+		for t := range kl.Tables {
+			if !isStoredName(t) {
+				return bad(fmt.Errorf("%q is not a table name as stored: letters, digits and underscores, case-sensitive, no quotes", t), "keyspaces", ks, "tables", t)
+			}
+		}
+	}
 	return nil
+}
+
+// isStoredName reports whether s can name a keyspace or table: Cassandra
+// and ScyllaDB allow only letters, digits and underscores, even quoted.
+func isStoredName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
 }

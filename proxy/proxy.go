@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
 // Proxy accepts client connections and pairs each with one connection to an
@@ -38,6 +39,13 @@ type Proxy struct {
 	stopBg   func()    // stops background work (schema loading)
 	epoch    time.Time // origin of the monotonic request timestamps
 	next     atomic.Uint32
+
+	// limits are the per-partition limits now in effect and limiter the
+	// counters that enforce them; ReloadConfig swaps both. The request path
+	// loads each once per request.
+	limits  atomic.Pointer[limits]
+	limiter atomic.Pointer[ratelimit.Limiter]
+	reload  reloader
 
 	mu        sync.Mutex
 	sessions  map[*session]struct{}
@@ -85,6 +93,9 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	}
 	for _, opt := range opts {
 		opt(p)
+	}
+	if err := p.initLimits(reg); err != nil {
+		return nil, err
 	}
 	if p.schema == nil {
 		s, stop, err := startSchema(context.Background(), cfg, log)
@@ -558,7 +569,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			return nil, nil
 		}
 		req.reply, req.table = replyPrepared, tableOf(q)
-		req.prepared = s.class.prepare(q, snap)
+		req.prepared = s.class.prepare(q, nil, snap)
 		return nil, nil
 	case frame.OpExecute:
 		q, err := frame.ParseExecute(body, h.Version)
@@ -569,6 +580,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		if p == nil {
 			return nil, q.ID
 		}
+		p = s.p.prepared.resolve(q.ID, p, snap, &s.class)
 		req.reply, req.prepared = p.table, p
 		return s.class.execute(&q, p, snap), nil
 	case frame.OpBatch:

@@ -1,5 +1,7 @@
 // Command cqlguard runs the CQL proxy: it reads the configuration file and
-// flags, then serves until SIGTERM or SIGINT, when it drains.
+// flags, then serves until SIGTERM or SIGINT, when it drains. SIGHUP, or a
+// change of the configuration file, reloads what can change while running
+// (the limits section).
 package main
 
 import (
@@ -39,8 +41,13 @@ func run(args []string) error {
 	admin := fs.String("admin", "", "admin listener for /metrics, /healthz, /readyz (overrides admin.listen)")
 	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	watch := fs.Bool("watch-config", true, "reload the -config file when its contents change")
+	watchEvery := fs.Duration("watch-interval", proxy.DefaultWatchInterval, "how often -watch-config looks at the file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *watchEvery <= 0 {
+		return fmt.Errorf("-watch-interval %v: must be positive", *watchEvery)
 	}
 
 	cfg := proxy.DefaultConfig()
@@ -78,6 +85,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Signals are caught from here on, so that one arriving while the
+	// listeners start is not fatal.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -97,15 +112,29 @@ func run(args []string) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.Serve(ln) }()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sig)
-	select {
-	case err := <-serveErr:
-		return err
-	case s := <-sig:
-		log.Info().Str("signal", s.String()).Dur("timeout", time.Duration(cfg.DrainTimeout)).Msg("draining")
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	if *configPath != "" && *watch {
+		go p.WatchConfig(watchCtx, *configPath, *watchEvery)
 	}
+wait:
+	for {
+		select {
+		case err := <-serveErr:
+			return err
+		case <-hup:
+			if *configPath == "" {
+				log.Warn().Msg("SIGHUP: no -config file to reload")
+				continue
+			}
+			// ReloadConfig logs the outcome; the proxy carries on either way.
+			p.ReloadConfig(*configPath)
+		case s := <-sig:
+			log.Info().Str("signal", s.String()).Dur("timeout", time.Duration(cfg.DrainTimeout)).Msg("draining")
+			break wait
+		}
+	}
+	stopWatch()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout))
 	defer cancel()
 	err = p.Shutdown(ctx)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -54,5 +55,61 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	err := run([]string{"-config", cfg})
 	if err == nil || !strings.Contains(err.Error(), "bad.yaml:2") || !strings.Contains(err.Error(), `"upstrems"`) {
 		t.Fatalf("want an error naming bad.yaml:2 and the key, got %v", err)
+	}
+}
+
+// SIGHUP reloads the configuration file: the reload shows in the metrics,
+// and a bad file is refused without stopping the proxy.
+func TestRunReloadsOnSIGHUP(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "cqlguard.yaml")
+	base := "upstreams: [127.0.0.3:19052]\ndrain_timeout: 2s\nlog: {level: error}\n"
+	os.WriteFile(cfg, []byte(base), 0o600)
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"-config", cfg, "-watch-config=false", "-listen", "127.0.0.5:19052", "-admin", "127.0.0.5:19053"})
+	}()
+	metrics := func() string {
+		resp, err := http.Get("http://127.0.0.5:19053/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitFor := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(metrics(), what) {
+			if time.Now().After(deadline) {
+				t.Fatalf("metrics never showed %q", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor(`cqlguard_config_reloads_total{result="success"} 0`)
+
+	os.WriteFile(cfg, []byte(base+"limits:\n  default: {max_writes_per_second: 100}\n"), 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(`cqlguard_config_reloads_total{result="success"} 1`)
+
+	os.WriteFile(cfg, []byte(base+"limits:\n  defaults: {}\n"), 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(`cqlguard_config_reloads_total{result="failure"} 1`)
+
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after SIGTERM: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGTERM did not stop the proxy")
+	}
+}
+
+func TestRunRejectsBadWatchInterval(t *testing.T) {
+	if err := run([]string{"-watch-interval", "0s"}); err == nil || !strings.Contains(err.Error(), "-watch-interval") {
+		t.Fatalf("want an error naming -watch-interval, got %v", err)
 	}
 }

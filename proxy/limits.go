@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"github.com/cqlguard/cqlguard/ratelimit"
+	"github.com/cqlguard/cqlguard/schema"
+)
+
+// limits are the per-partition limits of a LimitsConfig, resolved for the
+// request path. A limits is immutable once built: a reload builds a new one
+// and swaps it in whole (Proxy.limits), so a request sees one configuration
+// or the other, never a mix.
+type limits struct {
+	global    opLimits
+	keyspaces map[string]keyspaceLimits
+
+	// dryRun: count and report, reject nothing.
+	dryRun bool
+	// limitLWT and limitCounters: lightweight transactions and counter
+	// updates are limited like other writes.
+	limitLWT, limitCounters bool
+	// limiter is the configuration of the ratelimit.Limiter that enforces
+	// these limits.
+	limiter ratelimit.Config
+}
+
+// keyspaceLimits are one keyspace's levels: its default and its tables.
+type keyspaceLimits struct {
+	def    opLimits
+	tables map[string]opLimits
+}
+
+// opLimits are one level's read and write limits.
+type opLimits struct{ reads, writes level }
+
+// level is a limit at one level of the configuration. Unset levels defer to
+// the next; a set 0 means unlimited and ends the search.
+type level struct {
+	perSecond uint32
+	set       bool
+}
+
+func levelOf(v *OpsPerSecond) level {
+	if v == nil {
+		return level{}
+	}
+	return level{perSecond: uint32(*v), set: true}
+}
+
+func opLimitsOf(r RateLimits) opLimits {
+	return opLimits{reads: levelOf(r.MaxReadsPerSecond), writes: levelOf(r.MaxWritesPerSecond)}
+}
+
+// newLimits validates cfg and resolves it.
+func newLimits(cfg LimitsConfig) (*limits, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	l := &limits{
+		global:        opLimitsOf(cfg.Default),
+		dryRun:        cfg.DryRun,
+		limitLWT:      cfg.LimitLWT,
+		limitCounters: cfg.LimitCounters,
+		limiter: ratelimit.Config{
+			Algorithm:   cfg.Algorithm,
+			MemoryBytes: int(cfg.Memory),
+			Burst:       cfg.Burst,
+		},
+	}
+	if len(cfg.Keyspaces) > 0 {
+		l.keyspaces = make(map[string]keyspaceLimits, len(cfg.Keyspaces))
+	}
+	for name, ks := range cfg.Keyspaces {
+		kl := keyspaceLimits{def: opLimitsOf(ks.Default)}
+		if len(ks.Tables) > 0 {
+			kl.tables = make(map[string]opLimits, len(ks.Tables))
+		}
+		for t, r := range ks.Tables {
+			kl.tables[t] = opLimitsOf(r)
+		}
+		l.keyspaces[name] = kl
+	}
+	return l, nil
+}
+
+// forTable returns the per-second limits of one partition of t for reads
+// and for writes, 0 meaning unlimited. Each is resolved on its own, the
+// first set of: the table's entry in the configuration, the table's
+// per_partition_rate_limit option (if not 0), the keyspace's default, the
+// global default. A nil t gets the global default. It does not allocate.
+func (l *limits) forTable(t *schema.Table) (reads, writes uint32) {
+	if t == nil {
+		return l.global.reads.perSecond, l.global.writes.perSecond
+	}
+	var ks keyspaceLimits
+	var tl opLimits
+	if l.keyspaces != nil {
+		ks = l.keyspaces[t.Keyspace]
+		tl = ks.tables[t.Name]
+	}
+	return resolve(tl.reads, t.RateLimit.MaxReadsPerSecond, ks.def.reads, l.global.reads),
+		resolve(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes)
+}
+
+// forName is forTable for a table the schema does not know, by name as
+// stored: it has no per_partition_rate_limit option. It does not allocate.
+func (l *limits) forName(keyspace, table []byte) (reads, writes uint32) {
+	var ks keyspaceLimits
+	var tl opLimits
+	if l.keyspaces != nil {
+		// string(b) directly in a map index does not allocate.
+		ks = l.keyspaces[string(keyspace)]
+		tl = ks.tables[string(table)]
+	}
+	return resolve(tl.reads, 0, ks.def.reads, l.global.reads),
+		resolve(tl.writes, 0, ks.def.writes, l.global.writes)
+}
+
+// resolve returns the first limit set, from the most specific level.
+func resolve(table level, option uint32, keyspace, global level) uint32 {
+	switch {
+	case table.set:
+		return table.perSecond
+	case option != 0:
+		return option
+	case keyspace.set:
+		return keyspace.perSecond
+	}
+	return global.perSecond
+}
+
+// sameLimiter reports whether a limiter built for a enforces b as well, so
+// that a reload can keep its counts.
+func sameLimiter(a, b ratelimit.Config) bool {
+	if a.Algorithm != b.Algorithm || a.MemoryBytes != b.MemoryBytes {
+		return false
+	}
+	// The scylla algorithm has no burst.
+	return a.Algorithm == ratelimit.AlgorithmScylla || a.Burst == b.Burst
+}
