@@ -40,5 +40,12 @@ fuzz:
 integration:
 	CQLGUARD_INTEGRATION=1 $(GO) test -race -count=1 -timeout 40m -v ./test/...
 
+# bench measures cqlguard against a fake upstream node, each workload direct
+# and through cqlguard, and prints one table (docs/benchmarks.md); about five
+# minutes. BENCHFLAGS passes flags to the suite, say BENCHFLAGS='-only "EXECUTE v4"'.
+bench: build
+	$(GO) build -o bin/cqlguard-bench ./cmd/cqlguard-bench
+	bin/cqlguard-bench suite -cqlguard bin/cqlguard $(BENCHFLAGS)
+
 clean:
 	rm -rf bin

@@ -1,0 +1,209 @@
+// Command cqlguard-bench measures cqlguard: it runs a fast fake upstream
+// node, a CQL load generator, and the suite behind `make bench` that runs
+// both with and without cqlguard in between and prints one table.
+//
+//	cqlguard-bench upstream -listen 127.0.0.1:19042
+//	cqlguard-bench load -addr 127.0.0.1:9042 -duration 30s -loader 'name=uniform,conns=4' -loader 'name=hot,dist=hot,start=10s'
+//	cqlguard-bench suite -cqlguard bin/cqlguard
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cqlguard/cqlguard/test/bench/fakeupstream"
+	"github.com/cqlguard/cqlguard/test/bench/load"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "cqlguard-bench:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: cqlguard-bench <command> [flags]
+
+commands:
+  upstream   run the fake upstream node until SIGTERM or SIGINT
+  load       drive a node or proxy and report each second
+  suite      the benchmark of make bench: direct and through cqlguard, one table
+
+cqlguard-bench <command> -h lists a command's flags.`
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return errors.New("no command")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	switch args[0] {
+	case "upstream":
+		return runUpstream(ctx, args[1:], stdout, stderr)
+	case "load":
+		return runLoad(ctx, args[1:], stdout, stderr)
+	case "suite":
+		return runSuite(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	fmt.Fprintln(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:19042", "address to listen on (port 0 picks one)")
+	var o fakeupstream.Options
+	fs.StringVar(&o.Keyspace, "keyspace", "bench", "keyspace of the one user table")
+	fs.StringVar(&o.Table, "table", "kv", "name of the one user table (k bigint PRIMARY KEY, v blob)")
+	fs.IntVar(&o.RowBytes, "row-bytes", 64, "size of v in the rows a SELECT returns")
+	fs.IntVar(&o.Rows, "rows", 1, "rows a SELECT returns")
+	fs.StringVar(&o.Username, "user", "", "ask for PasswordAuthenticator credentials with this user")
+	fs.StringVar(&o.Password, "password", "", "the password of -user")
+	fs.BoolVar(&o.RateLimitError, "rate-limit-error", false, "advertise ScyllaDB's rate-limit error")
+	fs.IntVar(&o.RejectEvery, "reject-every", 0, "reject every n-th request on the user table (0: none)")
+	maxVersion := fs.Uint("max-version", 5, "highest protocol version spoken")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.MaxVersion = uint8(*maxVersion)
+	s, err := fakeupstream.Start(*listen, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "listening on", s.Addr())
+	<-ctx.Done()
+	s.Close()
+	fmt.Fprintf(stderr, "answered %d requests\n", s.Requests())
+	return nil
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := load.DefaultSpec()
+	for _, k := range load.SpecKeys {
+		fs.Func(k, "loader setting "+k+" (see -loader)", func(v string) error { return base.Set(k, v) })
+	}
+	var loaders, phases stringList
+	fs.Var(&loaders, "loader", "a loader, as key=value,... over the flags above; repeat for several at once (default: one, from the flags)")
+	fs.Var(&phases, "phase", "a phase, as NAME@OFFSET or NAME@OFFSET=COMMAND (COMMAND runs with sh -c when the phase begins); repeatable")
+	duration := fs.Duration("duration", 10*time.Second, "length of the run")
+	warmup := fs.Duration("warmup", 0, "start of the run left out of the summary")
+	jsonPath := fs.String("json", "", "also write each second's figures to this file, one JSON object a line")
+	summaryJSON := fs.Bool("summary-json", false, "print the summaries as JSON on stdout instead of text")
+	quiet := fs.Bool("quiet", false, "do not print each second")
+	createSchema := fs.Int("create-schema", 0, "first create each loader's keyspace (SimpleStrategy with this replication factor) and table (k bigint PRIMARY KEY, v blob) unless they exist; 0: do not")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("load: unexpected argument %q", fs.Arg(0))
+	}
+	var specs []load.Spec
+	if len(loaders) == 0 {
+		if err := base.Validate(); err != nil {
+			return err
+		}
+		specs = append(specs, base)
+	}
+	for _, l := range loaders {
+		s, err := load.ParseSpec(l, base)
+		if err != nil {
+			return fmt.Errorf("-loader %q: %w", l, err)
+		}
+		specs = append(specs, s)
+	}
+	if *createSchema > 0 {
+		done := map[string]bool{}
+		for _, s := range specs {
+			key := s.Addr + " " + s.Keyspace + "." + s.Table
+			if done[key] {
+				continue
+			}
+			done[key] = true
+			if err := load.CreateSchema(s, *createSchema); err != nil {
+				return fmt.Errorf("creating %s.%s: %w", s.Keyspace, s.Table, err)
+			}
+		}
+	}
+	opts := load.Options{Duration: *duration, Warmup: *warmup}
+	for _, p := range phases {
+		ph, err := parsePhase(p, stderr)
+		if err != nil {
+			return err
+		}
+		opts.Phases = append(opts.Phases, ph)
+	}
+	var jsonOut *json.Encoder
+	if *jsonPath != "" {
+		f, err := os.Create(*jsonPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jsonOut = json.NewEncoder(f)
+	}
+	opts.Report = func(s load.Second) {
+		if !*quiet {
+			load.WriteSecond(stderr, s)
+		}
+		if jsonOut != nil {
+			jsonOut.Encode(s)
+		}
+	}
+	sums, err := load.Run(ctx, specs, opts)
+	if *summaryJSON {
+		if e := json.NewEncoder(stdout).Encode(sums); e != nil {
+			return e
+		}
+	} else {
+		load.WriteSummaries(stdout, sums)
+	}
+	return err
+}
+
+// parsePhase reads NAME@OFFSET or NAME@OFFSET=COMMAND.
+func parsePhase(s string, stderr io.Writer) (load.Phase, error) {
+	spec, cmd, hasCmd := strings.Cut(s, "=")
+	name, at, ok := strings.Cut(spec, "@")
+	if !ok || name == "" {
+		return load.Phase{}, fmt.Errorf("-phase %q: want NAME@OFFSET[=COMMAND]", s)
+	}
+	d, err := time.ParseDuration(at)
+	if err != nil {
+		return load.Phase{}, fmt.Errorf("-phase %q: %w", s, err)
+	}
+	p := load.Phase{Name: name, At: d}
+	if hasCmd {
+		p.Action = func(ctx context.Context) error {
+			c := exec.CommandContext(ctx, "sh", "-c", cmd)
+			c.Stdout, c.Stderr = stderr, stderr
+			if err := c.Run(); err != nil {
+				return fmt.Errorf("%s: %w", cmd, err)
+			}
+			return nil
+		}
+	}
+	return p, nil
+}

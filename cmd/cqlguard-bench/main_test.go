@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cqlguard/cqlguard/test/bench/fakeupstream"
+	"github.com/cqlguard/cqlguard/test/bench/load"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		stat string
+		want time.Duration
+		err  bool
+	}{
+		// utime 250 and stime 50 ticks; the command name holds ") (".
+		{stat: "1234 (a) (b c) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 0 0", want: 3 * time.Second},
+		{stat: "1234 (cqlguard) R 1 2 3 4 5 6 7 8 9 10 7 3 0 0", want: 100 * time.Millisecond},
+		{stat: "1234 cqlguard R 1", err: true},
+		{stat: "1234 (x) R 1 2", err: true},
+		{stat: "1234 (x) R 1 2 3 4 5 6 7 8 9 10 u s", err: true},
+	} {
+		got, err := parseStatCPU(tc.stat)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("%q: %v, %v", tc.stat, got, err)
+		}
+	}
+	// This process has a stat file that parses.
+	if _, err := sampleProc(os.Getpid()); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestStatusKB(t *testing.T) {
+	status := "Name:\tx\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\n"
+	if got := statusKB(status, "VmRSS:"); got != 10240 {
+		t.Errorf("VmRSS %d", got)
+	}
+	if got := statusKB(status, "VmSwap:"); got != 0 {
+		t.Errorf("VmSwap %d", got)
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP go_memstats_mallocs_total Total number of heap objects allocated.
+# TYPE go_memstats_mallocs_total counter
+go_memstats_mallocs_total 1.234e+06
+cqlguard_frames_total{direction="request",opcode="EXECUTE"} 100
+cqlguard_frames_total{direction="request",opcode="QUERY"} 20
+cqlguard_frames_total{direction="response",opcode="RESULT"} 120
+malformed line
+`
+	m, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["go_memstats_mallocs_total"] != 1234000 {
+		t.Errorf("mallocs %v", m["go_memstats_mallocs_total"])
+	}
+	if got := m.sum("cqlguard_frames_total", `direction="request"`); got != 120 {
+		t.Errorf("requests %v", got)
+	}
+	if got := m.sum("cqlguard_frames_total", `direction="request"`, `opcode="QUERY"`); got != 20 {
+		t.Errorf("queries %v", got)
+	}
+}
+
+func TestParsePhase(t *testing.T) {
+	p, err := parsePhase("limited@60s=kill -HUP 1", os.Stderr)
+	if err != nil || p.Name != "limited" || p.At != time.Minute || p.Action == nil {
+		t.Errorf("%+v, %v", p, err)
+	}
+	p, err = parsePhase("baseline@0s", os.Stderr)
+	if err != nil || p.Name != "baseline" || p.Action != nil {
+		t.Errorf("%+v, %v", p, err)
+	}
+	for _, bad := range []string{"baseline", "@1s", "x@soon"} {
+		if _, err := parsePhase(bad, os.Stderr); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestRowMarkdown(t *testing.T) {
+	direct := &row{name: "EXECUTE v4 none", path: "direct",
+		sat: load.Summary{Succeeded: 1000, Rate: 100000},
+		lat: load.Summary{Succeeded: 10, P50: 40 * time.Microsecond, P99: 90 * time.Microsecond, P999: 2 * time.Millisecond}}
+	via := &row{name: "EXECUTE v4 none", path: "cqlguard", direct: direct,
+		sat:     load.Summary{Succeeded: 1000, Rate: 85000},
+		lat:     load.Summary{Succeeded: 10, P50: 75 * time.Microsecond, P99: 150 * time.Microsecond, P999: 3 * time.Millisecond},
+		cost:    &proxyCost{cpuSat: 2500 * time.Nanosecond, cpuLat: 9 * time.Microsecond, allocsLatNoise: 0.05, rss: 20 << 20},
+		sideCPU: 1500 * time.Nanosecond}
+	want := "| EXECUTE v4 none | cqlguard | 85000 | 85% | 75.0µs (+35µs) | 150µs | 3.00ms | 2.50 / 9.00 | 0.000 / 0.000 ±0.050 | 20.0 | 1.50 |"
+	if got := via.markdown(); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	todo := &row{name: "EXECUTE v4 none, rejected", path: "cqlguard", note: "TODO: needs enforcement"}
+	if got := todo.markdown(); !strings.Contains(got, "| TODO: needs enforcement |") {
+		t.Errorf("got %s", got)
+	}
+}
+
+// The load command drives a fake upstream and prints JSON summaries.
+func TestLoadCommand(t *testing.T) {
+	up, err := fakeupstream.Start("127.0.0.1:0", fakeupstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	jsonPath := filepath.Join(t.TempDir(), "seconds.jsonl")
+	var stdout, stderr bytes.Buffer
+	err = run([]string{"load", "-addr", up.Addr(), "-duration", "1s", "-rate", "1000", "-conns", "1",
+		"-summary-json", "-json", jsonPath,
+		"-loader", "name=reads", "-loader", "name=writes,op=write,mode=query,version=5,compression=lz4",
+		"-phase", "only@0s"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var sums []load.Summary
+	if err := json.Unmarshal(stdout.Bytes(), &sums); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	if len(sums) != 2 || sums[0].Loader != "reads" || sums[1].Loader != "writes" || sums[0].Succeeded == 0 || sums[1].Succeeded == 0 {
+		t.Errorf("summaries %+v", sums)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sec load.Second
+	if err := json.Unmarshal(bytes.SplitN(b, []byte("\n"), 2)[0], &sec); err != nil || sec.Phase != "only" || len(sec.Loaders) != 2 {
+		t.Errorf("first second %+v, %v", sec, err)
+	}
+	if !strings.Contains(stderr.String(), "reads") {
+		t.Errorf("no per-second lines: %s", stderr.String())
+	}
+
+	if err := run([]string{"load", "-loader", "colour=red"}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "colour") {
+		t.Errorf("bad loader: %v", err)
+	}
+	if err := run([]string{"nonsense"}, &stdout, &stderr); err == nil {
+		t.Error("unknown command accepted")
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
+// which Linux fixes at 100 on every architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// procSample is what the kernel says of a process at one moment.
+type procSample struct {
+	cpu      time.Duration // user and system time so far
+	rss, hwm int64         // resident set size now and at its peak, bytes
+}
+
+// sampleProc reads /proc/<pid>/stat and /proc/<pid>/status.
+func sampleProc(pid int) (procSample, error) {
+	var s procSample
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	if s.cpu, err = parseStatCPU(string(stat)); err != nil {
+		return s, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	s.rss, s.hwm = statusKB(string(status), "VmRSS:")*1024, statusKB(string(status), "VmHWM:")*1024
+	return s, nil
+}
+
+// parseStatCPU returns utime+stime from the text of /proc/<pid>/stat. The
+// command name, in parentheses, may hold spaces and parentheses, so fields
+// are counted from the last ')': utime and stime are fields 14 and 15.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("utime %q, stime %q are not numbers", f[11], f[12])
+	}
+	return time.Duration(utime+stime) * clockTick, nil
+}
+
+// statusKB returns the value of a "Key:   123 kB" line of
+// /proc/<pid>/status, or 0.
+func statusKB(status, key string) int64 {
+	for line := range strings.SplitSeq(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// metrics is one scrape of a Prometheus text endpoint: values by series,
+// the series written as the endpoint writes it (name{labels}).
+type metrics map[string]float64
+
+// scrape fetches and parses url.
+func scrape(ctx context.Context, url string) (metrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+// parseMetrics reads the Prometheus text format, keeping samples only.
+func parseMetrics(r io.Reader) (metrics, error) {
+	m := metrics{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		// The value follows the last space (no timestamps are written).
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[line[:i]] = v
+	}
+	return m, sc.Err()
+}
+
+// sum adds the series whose name is name and whose labels include all of
+// labels (each written as key="value").
+func (m metrics) sum(name string, labels ...string) float64 {
+	var total float64
+	for series, v := range m {
+		n, rest, _ := strings.Cut(series, "{")
+		if n != name {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(rest, l) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += v
+		}
+	}
+	return total
+}

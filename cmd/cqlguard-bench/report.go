@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/cqlguard/cqlguard/test/bench/load"
+)
+
+// writeReport writes the machine, the method and the table, in Markdown.
+func (s *suite) writeReport(w io.Writer, rows []*row, took time.Duration) {
+	fmt.Fprintf(w, "Machine: %s. Run took %s, started at load average %s.\n\n", machine(), took.Round(time.Second), loadAverage())
+	if s.pin {
+		fmt.Fprintln(w, "Pinning: the load generator and the fake upstream on CPU 0, cqlguard on CPU 1.")
+	} else {
+		fmt.Fprintln(w, "Pinning: none; the load generator, the fake upstream and cqlguard share the CPUs.")
+	}
+	fmt.Fprintf(w, "Throughput: %d connections x %d requests in flight, %s warmup then %s measured. "+
+		"Latency: %.0f requests/s over %d connections, %s warmup then %s measured.\n\n",
+		s.conns, s.concurrency, s.satWarmup, s.satDuration, s.latRate, s.conns, s.latWarmup, s.latDuration)
+	fmt.Fprintln(w, "| workload | path | req/s | vs direct | p50 | p99 | p99.9 | CPU µs/req | allocs/req | RSS MiB | load+upstream CPU µs/req |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		fmt.Fprintln(w, r.markdown())
+	}
+	fmt.Fprint(w, `
+req/s: answered requests per second, saturated. p50, p99, p99.9: latency at the fixed rate,
+measured by the load generator; through cqlguard, the difference from the direct p50 in
+brackets. CPU µs/req: cqlguard's user and system time (/proc/<pid>/stat) per request it
+received, saturated / at the fixed rate. allocs/req: cqlguard's go_memstats_mallocs_total
+per request, less what the scrapes of /metrics allocate, saturated / at the fixed rate; ±
+is what the scrapes' own variation could account for. RSS: cqlguard's resident set after
+the saturated run. load+upstream CPU µs/req: the load generator's and the fake upstream's
+CPU time per request, saturated: what the other side pays, more when cqlguard's writes
+carry fewer requests each.
+`)
+}
+
+func (r *row) markdown() string {
+	const columns = 11
+	if r.note != "" && r.sat.Answered() == 0 {
+		return fmt.Sprintf("| %s | %s | %s |%s", r.name, r.path, r.note, strings.Repeat(" |", columns-3))
+	}
+	cells := make([]string, columns)
+	cells[0], cells[1], cells[2] = r.name, r.path, fmt.Sprintf("%.0f", r.sat.Rate)
+	if r.direct != nil && r.direct.sat.Rate > 0 {
+		cells[3] = fmt.Sprintf("%.0f%%", 100*r.sat.Rate/r.direct.sat.Rate)
+	}
+	if r.lat.Answered() > 0 {
+		cells[4] = load.FormatLatency(r.lat.P50)
+		if r.direct != nil && r.direct.lat.Answered() > 0 {
+			cells[4] += fmt.Sprintf(" (%+.0fµs)", float64(r.lat.P50-r.direct.lat.P50)/1e3)
+		}
+		cells[5], cells[6] = load.FormatLatency(r.lat.P99), load.FormatLatency(r.lat.P999)
+	} else {
+		// The rejected row has no fixed-rate run: its latencies are saturated.
+		for i, p := range []time.Duration{r.sat.P50, r.sat.P99, r.sat.P999} {
+			cells[4+i] = load.FormatLatency(p) + " (sat.)"
+		}
+	}
+	if c := r.cost; c != nil {
+		us := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/1e3) }
+		cells[7], cells[8] = us(c.cpuSat), allocs(c.allocsSat, c.allocsSatNoise)
+		if c.cpuLat > 0 {
+			cells[7] += " / " + us(c.cpuLat)
+			cells[8] += " / " + allocs(c.allocsLat, c.allocsLatNoise)
+		}
+		cells[9] = fmt.Sprintf("%.1f", float64(c.rss)/(1<<20))
+	}
+	if r.sideCPU > 0 {
+		cells[10] = fmt.Sprintf("%.2f", float64(r.sideCPU)/1e3)
+	}
+	if r.note != "" {
+		cells[10] += " " + r.note
+	}
+	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+// allocs writes allocations per request, with the noise bound when it is
+// not negligible.
+func allocs(v, noise float64) string {
+	if noise < 0.0005 {
+		return fmt.Sprintf("%.3f", v)
+	}
+	return fmt.Sprintf("%.3f ±%.3f", v, noise)
+}
+
+// machine describes the CPU, memory, kernel and Go version.
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		mem = fmt.Sprintf(", %.1f GiB", float64(statusKB(string(b), "MemTotal:"))/(1<<20))
+	}
+	kernel := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = ", Linux " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%s, %d CPUs%s%s, %s", cpu, runtime.NumCPU(), mem, kernel, runtime.Version())
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

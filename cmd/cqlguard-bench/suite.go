@@ -1,0 +1,588 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/test/bench/load"
+)
+
+// suite runs the benchmark behind make bench: the fake upstream and
+// cqlguard as separate processes, the load generator as a third, each
+// workload direct to the upstream and through cqlguard, and one table.
+type suite struct {
+	self, cqlguard string
+	dir            string
+	stderr         io.Writer
+	verbose        bool
+
+	satDuration, satWarmup time.Duration
+	latDuration, latWarmup time.Duration
+	latRate                float64
+	conns, concurrency     int
+	pin                    bool
+	only                   string
+	rejectLimits           string
+
+	upstreamAddr string
+	upstreamPid  int
+	procs        []*exec.Cmd
+}
+
+// defaultRejectLimits limits bench.kv to one read a second per partition:
+// with every request on one partition, nearly all are rejected.
+const defaultRejectLimits = `limits:
+  keyspaces:
+    bench:
+      tables:
+        kv:
+          max_reads_per_second: 1
+`
+
+func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s := &suite{stderr: stderr}
+	fs.StringVar(&s.cqlguard, "cqlguard", "bin/cqlguard", "the cqlguard binary")
+	fs.DurationVar(&s.satDuration, "duration", 6*time.Second, "measured length of each saturating run")
+	fs.DurationVar(&s.satWarmup, "warmup", 2*time.Second, "warmup before each saturating run")
+	fs.DurationVar(&s.latDuration, "latency-duration", 4*time.Second, "measured length of each fixed-rate run")
+	fs.Float64Var(&s.latRate, "latency-rate", 5000, "requests per second of the fixed-rate (latency) runs")
+	fs.IntVar(&s.conns, "conns", 4, "connections of each run")
+	fs.IntVar(&s.concurrency, "concurrency", 64, "requests in flight per connection in saturating runs")
+	pin := fs.String("pin", "split", "split: the load generator and the upstream on CPU 0, cqlguard on CPU 1; none: no pinning")
+	fs.StringVar(&s.only, "only", "", "run only the workloads whose name contains this (say \"EXECUTE v4\")")
+	fs.StringVar(&s.rejectLimits, "reject-limits", "", "YAML file with the limits section that makes cqlguard reject every request of the rejected row (default: bench.kv at 1 read/s)")
+	out := fs.String("out", "", "also write the table to this file")
+	fs.BoolVar(&s.verbose, "v", false, "print each run's summary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	s.latWarmup = time.Second
+	switch *pin {
+	case "split":
+		_, err := exec.LookPath("taskset")
+		s.pin = runtime.NumCPU() >= 2 && err == nil
+		if !s.pin {
+			fmt.Fprintln(stderr, "pin split needs taskset and 2 CPUs; running unpinned")
+		}
+	case "none":
+	default:
+		return fmt.Errorf("-pin %q: want split or none", *pin)
+	}
+	var err error
+	if s.self, err = os.Executable(); err != nil {
+		return err
+	}
+	if s.cqlguard, err = filepath.Abs(s.cqlguard); err != nil {
+		return err
+	}
+	if _, err := os.Stat(s.cqlguard); err != nil {
+		return fmt.Errorf("cqlguard binary: %w (run make build)", err)
+	}
+	if s.dir, err = os.MkdirTemp("", "cqlguard-bench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(s.dir)
+	defer s.stopAll()
+
+	started := time.Now()
+	rows, err := s.runAll(ctx)
+	if err != nil {
+		return err
+	}
+	var table bytes.Buffer
+	s.writeReport(&table, rows, time.Since(started))
+	stdout.Write(table.Bytes())
+	if *out != "" {
+		return os.WriteFile(*out, table.Bytes(), 0o644)
+	}
+	return nil
+}
+
+// workload is one line pair of the table.
+type workload struct {
+	mode    load.Mode
+	version uint8
+	comp    frame.Compression
+}
+
+func (w workload) String() string {
+	return fmt.Sprintf("%s v%d %s", strings.ToUpper(string(w.mode)), w.version, compressionName(w.comp))
+}
+
+func compressionName(c frame.Compression) string {
+	return [...]string{"none", "lz4", "snappy"}[c]
+}
+
+func workloads() []workload {
+	var ws []workload
+	for _, m := range []load.Mode{load.Execute, load.Query} {
+		for _, v := range []uint8{4, 5} {
+			for _, c := range []frame.Compression{frame.CompressionNone, frame.CompressionLZ4, frame.CompressionSnappy} {
+				if v == 5 && c == frame.CompressionSnappy {
+					continue
+				}
+				ws = append(ws, workload{m, v, c})
+			}
+		}
+	}
+	return ws
+}
+
+// row is one line of the table.
+type row struct {
+	name, path string
+	sat, lat   load.Summary  // saturating and fixed-rate runs
+	sideCPU    time.Duration // load generator and upstream CPU per request, saturated
+	cost       *proxyCost    // through cqlguard
+	direct     *row          // the direct row to compare with
+	note       string
+}
+
+// proxyCost is what cqlguard spent, per request it received.
+type proxyCost struct {
+	cpuSat, cpuLat       time.Duration // CPU per request, saturated and at the fixed rate
+	allocsSat, allocsLat float64
+	// The allocations per request that the scrapes' own variation could
+	// account for: figures below them are noise.
+	allocsSatNoise, allocsLatNoise float64
+	rss                            int64
+}
+
+func (s *suite) runAll(ctx context.Context) ([]*row, error) {
+	if err := s.startUpstream(ctx); err != nil {
+		return nil, err
+	}
+	px, err := s.startProxy(ctx, "cqlguard", "")
+	if err != nil {
+		return nil, fmt.Errorf("starting cqlguard: %w", err)
+	}
+	var rows []*row
+	for _, w := range workloads() {
+		if s.only != "" && !strings.Contains(w.String(), s.only) {
+			continue
+		}
+		spec := load.DefaultSpec()
+		spec.Version, spec.Compression, spec.Mode, spec.Conns = w.version, w.comp, w.mode, s.conns
+		direct := &row{name: w.String(), path: "direct"}
+		via := &row{name: w.String(), path: "cqlguard", direct: direct, cost: &proxyCost{}}
+		spec.Addr = s.upstreamAddr
+		if err := s.measure(ctx, spec, direct, nil); err != nil {
+			return nil, err
+		}
+		spec.Addr = px.addr
+		if err := s.measure(ctx, spec, via, px); err != nil {
+			return nil, err
+		}
+		rows = append(rows, direct, via)
+	}
+	if s.only == "" || strings.Contains("rejected", s.only) {
+		rows = append(rows, s.rejectedRow(ctx))
+	}
+	return rows, nil
+}
+
+// measure runs spec saturated and at the fixed rate, filling r; px, when
+// set, is the proxy in between, whose costs are sampled.
+func (s *suite) measure(ctx context.Context, spec load.Spec, r *row, px *proxy) error {
+	spec.Concurrency = s.concurrency
+	fmt.Fprintf(s.stderr, "%-22s %-9s saturated...", r.name, r.path)
+	sum, c, err := s.runLoad(ctx, spec, s.satWarmup, s.satDuration, px)
+	if err != nil {
+		return err
+	}
+	r.sat, r.sideCPU = sum, c.sidePerRequest(sum.Rate)
+	if px != nil {
+		r.cost.cpuSat, r.cost.allocsSat, r.cost.allocsSatNoise, r.cost.rss = c.cpu, c.allocs, c.allocsNoise, c.rss
+	}
+	fmt.Fprintf(s.stderr, " %.0f req/s; at %.0f req/s...", r.sat.Rate, s.latRate)
+	spec.Rate = s.latRate
+	if r.lat, c, err = s.runLoad(ctx, spec, s.latWarmup, s.latDuration, px); err != nil {
+		return err
+	}
+	if px != nil {
+		r.cost.cpuLat, r.cost.allocsLat, r.cost.allocsLatNoise = c.cpu, c.allocs, c.allocsNoise
+	}
+	fmt.Fprintf(s.stderr, " p50 %s\n", load.FormatLatency(r.lat.P50))
+	return nil
+}
+
+// sampledCost is what the processes spent over a sampled window.
+type sampledCost struct {
+	window time.Duration
+	// side is the CPU time of the load generator and the fake upstream.
+	side time.Duration
+	// The proxy's, per request it received, when there is one.
+	cpu                 time.Duration
+	allocs, allocsNoise float64
+	rss                 int64
+}
+
+// sidePerRequest is the load generator's and upstream's CPU per request,
+// at the run's rate.
+func (c sampledCost) sidePerRequest(rate float64) time.Duration {
+	if rate <= 0 || c.window <= 0 {
+		return 0
+	}
+	return time.Duration(float64(c.side) / (rate * c.window.Seconds()))
+}
+
+// runLoad runs the load generator as a process pinned beside the
+// upstream, and samples the processes' costs over the measured window.
+func (s *suite) runLoad(ctx context.Context, spec load.Spec, warmup, measured time.Duration, px *proxy) (load.Summary, sampledCost, error) {
+	args := []string{"load", "-summary-json", "-quiet",
+		"-duration", (warmup + measured).String(), "-warmup", warmup.String(),
+		"-addr", spec.Addr, "-version", strconv.Itoa(int(spec.Version)),
+		"-compression", compressionName(spec.Compression), "-mode", string(spec.Mode), "-op", string(spec.Op),
+		"-conns", strconv.Itoa(spec.Conns), "-concurrency", strconv.Itoa(spec.Concurrency),
+		"-rate", strconv.FormatFloat(spec.Rate, 'f', -1, 64),
+		"-dist", string(spec.Dist), "-hot-keys", strconv.FormatUint(spec.HotKeys, 10),
+		"-hot-fraction", strconv.FormatFloat(spec.HotFraction, 'f', -1, 64), "-opt-in", strconv.FormatBool(spec.OptIn),
+	}
+	cmd := s.command(ctx, 0, s.self, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		return load.Summary{}, sampledCost{}, err
+	}
+	type sampled struct {
+		c   sampledCost
+		err error
+	}
+	done := make(chan sampled, 1)
+	go func() {
+		// Sample inside the measured window, clear of its edges.
+		margin := min(500*time.Millisecond, measured/10)
+		c, err := s.sample(ctx, time.Now().Add(warmup+margin), measured-2*margin, cmd.Process.Pid, px)
+		done <- sampled{c, err}
+	}()
+	err := cmd.Wait()
+	smp := <-done
+	if smp.err != nil && err == nil {
+		err = fmt.Errorf("sampling: %w", smp.err)
+	}
+	if err != nil {
+		return load.Summary{}, smp.c, fmt.Errorf("load %v: %w\n%s", args, err, errOut.String())
+	}
+	var sums []load.Summary
+	if err := json.Unmarshal(out.Bytes(), &sums); err != nil || len(sums) != 1 {
+		return load.Summary{}, smp.c, fmt.Errorf("load output %q: %v", out.String(), err)
+	}
+	if s.verbose {
+		load.WriteSummaries(s.stderr, sums)
+	}
+	if len(sums[0].Errors) > 0 {
+		load.WriteSummaries(s.stderr, sums)
+		return sums[0], smp.c, fmt.Errorf("load against %s: connection errors", spec.Addr)
+	}
+	return sums[0], smp.c, nil
+}
+
+// command returns a command pinned to cpu when the suite pins (cpu < 0:
+// never).
+func (s *suite) command(ctx context.Context, cpu int, name string, args ...string) *exec.Cmd {
+	if s.pin && cpu >= 0 {
+		return exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(cpu), name}, args...)...)
+	}
+	return exec.CommandContext(ctx, name, args...)
+}
+
+func (s *suite) startUpstream(ctx context.Context) error {
+	cmd := s.command(ctx, 0, s.self, "upstream", "-listen", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.procs = append(s.procs, cmd)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		return fmt.Errorf("fake upstream did not start: %q %v", line, err)
+	}
+	s.upstreamAddr, s.upstreamPid = addr, cmd.Process.Pid
+	return nil
+}
+
+// proxy is a running cqlguard.
+type proxy struct {
+	cmd        *exec.Cmd
+	addr       string
+	metricsURL string
+	logPath    string
+	// scrapeAllocs is what one scrape of /metrics allocates in the proxy,
+	// taken off the allocations counted over a window; scrapeNoise is how
+	// much that varies from one scrape to the next.
+	scrapeAllocs, scrapeNoise float64
+}
+
+// startProxy starts cqlguard in front of the upstream, its configuration
+// extended with extra.
+func (s *suite) startProxy(ctx context.Context, name, extra string) (*proxy, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	px := &proxy{
+		addr:       net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		metricsURL: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])) + "/metrics",
+		logPath:    filepath.Join(s.dir, name+".log"),
+	}
+	cfg := fmt.Sprintf("listen: %s\nupstreams: [%s]\nadmin:\n  listen: 127.0.0.1:%d\nlog:\n  level: warn\n%s",
+		px.addr, s.upstreamAddr, ports[1], extra)
+	cfgPath := filepath.Join(s.dir, name+".yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(px.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	px.cmd = s.command(ctx, 1, s.cqlguard, "-config", cfgPath)
+	px.cmd.Stdout, px.cmd.Stderr = logFile, logFile
+	if err := px.cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, px.cmd)
+	exited := make(chan struct{})
+	go func() {
+		px.cmd.Wait()
+		close(exited)
+	}()
+	ready := strings.TrimSuffix(px.metricsURL, "/metrics") + "/readyz"
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("cqlguard exited: %s", tail(px.logPath))
+		default:
+		}
+		if resp, err := http.Get(ready); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("cqlguard not ready after 20s: %s", tail(px.logPath))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// What a scrape allocates: the mean over a few scrapes back to back,
+	// and the spread, which bounds what a window's count can resolve.
+	const n = 6
+	var deltas []float64
+	var prev float64
+	for i := range n + 1 {
+		m, err := scrape(ctx, px.metricsURL)
+		if err != nil {
+			return nil, err
+		}
+		v, ok := m["go_memstats_mallocs_total"]
+		if !ok {
+			return nil, errors.New("cqlguard's /metrics has no go_memstats_mallocs_total")
+		}
+		if i > 0 {
+			deltas = append(deltas, v-prev)
+		}
+		prev = v
+	}
+	lo, hi, sum := deltas[0], deltas[0], 0.0
+	for _, d := range deltas {
+		lo, hi, sum = min(lo, d), max(hi, d), sum+d
+	}
+	px.scrapeAllocs, px.scrapeNoise = sum/n, hi-lo
+	return px, nil
+}
+
+// sample measures, between from and from+window, the CPU time of the
+// load generator (pid) and of the upstream, and the proxy's costs per
+// request when px is set.
+func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration, pid int, px *proxy) (sampledCost, error) {
+	c := sampledCost{window: window}
+	if !sleepUntil(ctx, from) {
+		return c, ctx.Err()
+	}
+	take := func() (side procSample, proxy procSample, m metrics, err error) {
+		load, err := sampleProc(pid)
+		if err != nil {
+			return side, proxy, nil, err
+		}
+		up, err := sampleProc(s.upstreamPid)
+		if err != nil {
+			return side, proxy, nil, err
+		}
+		side.cpu = load.cpu + up.cpu
+		if px == nil {
+			return side, proxy, nil, nil
+		}
+		if proxy, err = sampleProc(px.cmd.Process.Pid); err != nil {
+			return side, proxy, nil, err
+		}
+		m, err = scrape(ctx, px.metricsURL)
+		return side, proxy, m, err
+	}
+	side0, p0, m0, err := take()
+	if err != nil {
+		return c, err
+	}
+	if !sleepUntil(ctx, from.Add(window)) {
+		return c, ctx.Err()
+	}
+	side1, p1, m1, err := take()
+	if err != nil {
+		return c, err
+	}
+	c.side = side1.cpu - side0.cpu
+	if px == nil {
+		return c, nil
+	}
+	requests := func(m metrics) float64 {
+		var n float64
+		for _, op := range []string{"QUERY", "EXECUTE", "BATCH"} {
+			n += m.sum("cqlguard_frames_total", `direction="request"`, `opcode="`+op+`"`)
+		}
+		return n
+	}
+	n := requests(m1) - requests(m0)
+	if n <= 0 {
+		return c, errors.New("no request went through cqlguard in the window")
+	}
+	c.cpu = time.Duration(float64(p1.cpu-p0.cpu) / n)
+	allocs := m1["go_memstats_mallocs_total"] - m0["go_memstats_mallocs_total"] - px.scrapeAllocs
+	c.allocs, c.allocsNoise = max(0, allocs)/n, px.scrapeNoise/n
+	c.rss = p1.rss
+	return c, nil
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// rejectedRow measures a cqlguard whose limits reject every request: the
+// cost of a rejection. Until cqlguard enforces limits, the row says why it
+// is empty.
+func (s *suite) rejectedRow(ctx context.Context) *row {
+	r := &row{name: "EXECUTE v4 none, rejected", path: "cqlguard", cost: &proxyCost{}}
+	limits := defaultRejectLimits
+	if s.rejectLimits != "" {
+		b, err := os.ReadFile(s.rejectLimits)
+		if err != nil {
+			r.note = "TODO: " + err.Error()
+			return r
+		}
+		limits = string(b)
+	}
+	fmt.Fprintf(s.stderr, "%-22s %-9s saturated...", "rejected", "cqlguard")
+	px, err := s.startProxy(ctx, "cqlguard-rejecting", limits)
+	if err != nil {
+		fmt.Fprintln(s.stderr, " cannot start")
+		r.note = "TODO: needs enforcement (cqlguard refused the limits: " + firstLine(err.Error()) + ")"
+		return r
+	}
+	defer px.stop()
+	spec := load.DefaultSpec()
+	spec.Addr, spec.Conns, spec.Concurrency = px.addr, s.conns, s.concurrency
+	spec.Dist, spec.HotKeys, spec.HotFraction = load.Hot, 1, 1
+	spec.OptIn = true
+	var c sampledCost
+	r.sat, c, err = s.runLoad(ctx, spec, s.satWarmup, s.satDuration, px)
+	r.sideCPU = c.sidePerRequest(r.sat.Rate)
+	r.cost.cpuSat, r.cost.allocsSat, r.cost.allocsSatNoise, r.cost.rss = c.cpu, c.allocs, c.allocsNoise, c.rss
+	if err != nil {
+		fmt.Fprintln(s.stderr, " failed")
+		r.note = "TODO: " + firstLine(err.Error())
+		return r
+	}
+	fmt.Fprintf(s.stderr, " %.0f req/s, %d of %d rejected\n", r.sat.Rate, r.sat.Rejected, r.sat.Answered())
+	if share := float64(r.sat.Rejected) / max(1, float64(r.sat.Answered())); share < 0.9 {
+		r.note = fmt.Sprintf("TODO: needs enforcement (only %.0f%% rejected)", 100*share)
+		r.cost = nil
+	}
+	return r
+}
+
+func (px *proxy) stop() {
+	px.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// stopAll ends the processes the suite started.
+func (s *suite) stopAll() {
+	for _, c := range s.procs {
+		if c.Process != nil {
+			c.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, c := range s.procs {
+		done := make(chan struct{})
+		go func() {
+			c.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			c.Process.Kill()
+		}
+	}
+}
+
+// freePorts returns n loopback ports free now.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// tail returns the last lines of a log file.
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-5):], "\n")
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

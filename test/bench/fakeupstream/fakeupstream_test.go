@@ -1,0 +1,259 @@
+package fakeupstream
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/md5"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/apache/cassandra-gocql-driver/v2/lz4"
+	"github.com/apache/cassandra-gocql-driver/v2/snappy"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+func startServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	s, err := Start("127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func session(t *testing.T, s *Server, proto int, comp gocql.Compressor, auth gocql.Authenticator) (*gocql.Session, error) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(s.Addr())
+	c := gocql.NewCluster(host)
+	c.Port, _ = strconv.Atoi(port)
+	c.ProtoVersion = proto
+	c.Compressor = comp
+	c.Authenticator = auth
+	c.Consistency = gocql.One
+	c.Timeout = 5 * time.Second
+	c.ConnectTimeout = 5 * time.Second
+	c.NumConns = 1
+	return c.CreateSession()
+}
+
+// A stock driver connects (discovering the node from system.local and
+// system.peers_v2), prepares, executes, queries inline and batches, in
+// each protocol version and compression it speaks.
+func TestGocql(t *testing.T) {
+	var mu sync.Mutex
+	var startups []string
+	s := startServer(t, Options{RowBytes: 32, OnStartup: func(v uint8, opts map[string]string) {
+		mu.Lock()
+		startups = append(startups, fmt.Sprintf("v%d-%s", v, opts["COMPRESSION"]))
+		mu.Unlock()
+	}})
+	for _, tc := range []struct {
+		proto int
+		comp  gocql.Compressor
+	}{
+		{4, nil}, {4, lz4.LZ4Compressor{}}, {4, snappy.SnappyCompressor{}},
+		{5, nil}, {5, lz4.LZ4Compressor{}},
+	} {
+		name := fmt.Sprintf("v%d", tc.proto)
+		if tc.comp != nil {
+			name += "-" + tc.comp.Name()
+		}
+		t.Run(name, func(t *testing.T) {
+			mu.Lock()
+			startups = nil
+			mu.Unlock()
+			sess, err := session(t, s, tc.proto, tc.comp, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close()
+			want := fmt.Sprintf("v%d-", tc.proto)
+			if tc.comp != nil {
+				want += tc.comp.Name()
+			}
+			mu.Lock()
+			if len(startups) == 0 || !slices.Contains(startups, want) {
+				t.Errorf("STARTUPs %v, want %s", startups, want)
+			}
+			mu.Unlock()
+			var v []byte
+			if err := sess.Query("SELECT v FROM bench.kv WHERE k = ?", int64(7)).Scan(&v); err != nil {
+				t.Fatalf("prepared SELECT: %v", err)
+			}
+			if len(v) != 32 {
+				t.Errorf("prepared SELECT: v has %d bytes, want 32", len(v))
+			}
+			if err := sess.Query("INSERT INTO bench.kv (k, v) VALUES (?, ?)", int64(7), []byte("x")).Exec(); err != nil {
+				t.Fatalf("prepared INSERT: %v", err)
+			}
+			// No bind values: gocql sends an inline QUERY.
+			if err := sess.Query("SELECT v FROM bench.kv WHERE k = 8").Scan(&v); err != nil {
+				t.Fatalf("inline SELECT: %v", err)
+			}
+			b := sess.Batch(gocql.UnloggedBatch)
+			b.Query("INSERT INTO bench.kv (k, v) VALUES (?, ?)", int64(1), []byte("a"))
+			b.Query("INSERT INTO bench.kv (k, v) VALUES (2, 0x62)")
+			if err := b.Exec(); err != nil {
+				t.Fatalf("BATCH: %v", err)
+			}
+			var release string
+			if err := sess.Query("SELECT release_version FROM system.local WHERE key = 'local'").Scan(&release); err != nil || release != "5.0.0" {
+				t.Fatalf("system.local: %q, %v", release, err)
+			}
+		})
+	}
+	if s.Requests() == 0 {
+		t.Error("Requests() is 0 after the sessions")
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	s := startServer(t, Options{Username: "bench", Password: "secret"})
+	for _, proto := range []int{4, 5} {
+		sess, err := session(t, s, proto, nil, gocql.PasswordAuthenticator{Username: "bench", Password: "secret"})
+		if err != nil {
+			t.Fatalf("v%d with the right password: %v", proto, err)
+		}
+		if err := sess.Query("INSERT INTO bench.kv (k, v) VALUES (?, ?)", int64(1), []byte("a")).Exec(); err != nil {
+			t.Errorf("v%d: INSERT: %v", proto, err)
+		}
+		sess.Close()
+		if sess, err := session(t, s, proto, nil, gocql.PasswordAuthenticator{Username: "bench", Password: "wrong"}); err == nil {
+			sess.Close()
+			t.Errorf("v%d: a wrong password was accepted", proto)
+		}
+	}
+}
+
+// RejectEvery answers every n-th request on the user table with
+// Config_error for a driver that did not opt in to ScyllaDB's error.
+func TestRejectEvery(t *testing.T) {
+	s := startServer(t, Options{RejectEvery: 2})
+	sess, err := session(t, s, 4, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	rejected := 0
+	for i := range 10 {
+		err := sess.Query("INSERT INTO bench.kv (k, v) VALUES (?, ?)", int64(i), []byte("a")).Exec()
+		var reqErr gocql.RequestError
+		switch {
+		case err == nil:
+		case errors.As(err, &reqErr) && reqErr.Code() == 0x2300:
+			rejected++
+		default:
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if rejected != 5 {
+		t.Errorf("%d of 10 rejected, want 5", rejected)
+	}
+}
+
+// discardConn is a connection whose writes go nowhere.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(b []byte) (int, error) { return len(b), nil }
+
+// recordConn is a connection that keeps what is written to it.
+type recordConn struct {
+	net.Conn
+	buf bytes.Buffer
+}
+
+func (c *recordConn) Write(b []byte) (int, error) { return c.buf.Write(b) }
+
+// The request path, answers written included, allocates nothing, in every
+// version and compression: a benchmark through the fake measures the proxy.
+func TestRequestPathAllocatesNothing(t *testing.T) {
+	s := startServer(t, Options{})
+	const stmt = "SELECT v FROM bench.kv WHERE k = ?"
+	s.prepare([]byte(stmt))
+	id := md5.Sum([]byte(stmt))
+	for _, v := range []uint8{4, 5} {
+		for _, comp := range []frame.Compression{frame.CompressionNone, frame.CompressionLZ4, frame.CompressionSnappy} {
+			if v == 5 && comp == frame.CompressionSnappy {
+				continue
+			}
+			var z frame.Compressor
+			var frames [][]byte
+			add := func(op frame.Opcode, body []byte) {
+				h := frame.Header{Version: v, Stream: int16(len(frames)), Opcode: op}
+				if comp != frame.CompressionNone && v < 5 {
+					h.Flags = frame.FlagCompression
+					body = z.AppendBody(nil, comp, body)
+				}
+				h.Length = len(body)
+				frames = append(frames, append(frame.AppendHeader(nil, h), body...))
+			}
+			exec := binary.BigEndian.AppendUint16(nil, 16)
+			exec = append(exec, id[:]...)
+			if v >= 5 {
+				exec = binary.BigEndian.AppendUint16(exec, 8)
+				exec = append(exec, id[:8]...)
+			}
+			exec = binary.BigEndian.AppendUint16(exec, 1)
+			if v >= 5 {
+				exec = binary.BigEndian.AppendUint32(exec, 3)
+			} else {
+				exec = append(exec, 3)
+			}
+			exec = binary.BigEndian.AppendUint16(exec, 1)
+			exec = binary.BigEndian.AppendUint32(exec, 8)
+			exec = binary.BigEndian.AppendUint64(exec, 42)
+			add(frame.OpExecute, exec)
+			for _, q := range []string{"SELECT v FROM bench.kv WHERE k = 42", "INSERT INTO bench.kv (k, v) VALUES (1, 0x00)"} {
+				body := binary.BigEndian.AppendUint32(nil, uint32(len(q)))
+				body = append(body, q...)
+				body = binary.BigEndian.AppendUint16(body, 1)
+				body = append(body, make([]byte, 1+3*int(v/5))...)
+				add(frame.OpQuery, body)
+			}
+			add(frame.OpBatch, []byte{1, 0, 0})
+
+			rec := &recordConn{}
+			c := &conn{s: s, nc: rec, comp: comp}
+			if v >= 5 {
+				c.segs = frame.NewSegmentWriter(comp == frame.CompressionLZ4)
+			}
+			serve := func() {
+				for _, f := range frames {
+					h, _ := frame.ParseHeader(f)
+					if err := c.handle(f, h); err != nil {
+						t.Fatal(err)
+					}
+					c.pending++
+				}
+				if err := c.flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			serve()
+			r := frame.NewReader(bufio.NewReader(bytes.NewReader(rec.buf.Bytes())), 1<<20)
+			if v >= 5 {
+				r.UseSegments(comp == frame.CompressionLZ4)
+			}
+			for i := range frames {
+				_, h, err := r.Next()
+				if err != nil || h.Opcode != frame.OpResult || h.Stream != int16(i) {
+					t.Fatalf("v%d %d: answer %d: %+v, %v", v, comp, i, h, err)
+				}
+			}
+			c.nc = discardConn{}
+			if n := testing.AllocsPerRun(100, serve); n != 0 {
+				t.Errorf("v%d %d: %v allocations per round of requests", v, comp, n)
+			}
+		}
+	}
+}
