@@ -28,6 +28,9 @@ type Metrics struct {
 	upstreamLatency prometheus.Histogram
 	protocolErrors  *prometheus.CounterVec
 	filteredEvents  prometheus.Counter
+	// rejections are by keyspace, table, op and outcome ("rejected" or
+	// "dry_run"); resolved per rejection, which is off the forwarding path.
+	rejections *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -48,6 +51,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cqlguard_protocol_errors_total", Help: "Malformed or refused frames, by reason."}, []string{"reason"}),
 		filteredEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cqlguard_events_filtered_total", Help: "Topology and status events withheld from drivers."}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cqlguard_rate_limit_rejections_total",
+			Help: "Requests over a partition's limit, by keyspace, table, op and outcome (rejected, or dry_run: counted but forwarded)."},
+			[]string{"keyspace", "table", "op", "outcome"}),
 	}
 	frames := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cqlguard_frames_total", Help: "Frames forwarded or answered, by direction and opcode."},
@@ -66,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
-		m.protocolErrors, m.filteredEvents, frames, bytes)
+		m.protocolErrors, m.filteredEvents, m.rejections, frames, bytes)
 	return m
 }
 

@@ -407,11 +407,16 @@ func (s *session) serveRequests() error {
 			}
 		}
 
-		// Decide: per-partition limits will be applied here.
+		// Decide: a request over its partition's limit is answered here
+		// and never costs the upstream anything.
 		if class != nil {
 			req.ddl = class.Op == OpNone && !class.Internal
 			if s.p.observe != nil {
 				s.p.observe(class)
+			}
+			if r, reject := s.decide(class); reject {
+				s.answerRateLimited(h, r)
+				continue
 			}
 		}
 

@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"encoding/binary"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/ratelimit"
+	"github.com/cqlguard/cqlguard/schema"
+)
+
+// errCodeRateLimit is the code cqlguard advertises in SUPPORTED for
+// SCYLLA_RATE_LIMIT_ERROR, and answers opted-in drivers with.
+const errCodeRateLimit = 0xF000
+
+// rejection names what a refused request was refused for.
+type rejection struct {
+	table *schema.Table
+	op    Op
+}
+
+// decide counts a classified request against the limits of each partition
+// it touches and reports whether to refuse it. A request the classifier
+// could not pin, an internal one, and one on a table without a limit for
+// its operation pass uncounted. A batch counts each of its partitions once
+// and is refused whole if any of them is over its limit. It allocates
+// nothing.
+func (s *session) decide(c *Classification) (rejection, bool) {
+	if c == nil || !c.Pinned || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
+		return rejection{}, false
+	}
+	l, lim := s.p.limits.Load(), s.p.limiter.Load()
+	if l == nil || lim == nil || c.LWT && !l.limitLWT || c.Counter && !l.limitCounters {
+		return rejection{}, false
+	}
+	var refused rejection
+	rejected := false
+	for _, p := range c.Partitions {
+		if p.Table == nil {
+			continue
+		}
+		reads, writes := l.forTable(p.Table)
+		limit := reads
+		if c.Op == OpWrite {
+			limit = writes
+		}
+		if limit == 0 {
+			continue
+		}
+		if lim.Allow(p.Token, labelOf(p.Table, c.Op), limit) == ratelimit.Reject && !rejected {
+			refused, rejected = rejection{table: p.Table, op: c.Op}, true
+		}
+	}
+	if !rejected {
+		return rejection{}, false
+	}
+	outcome := "rejected"
+	if l.dryRun {
+		outcome = "dry_run"
+	}
+	s.p.metrics.rejections.WithLabelValues(refused.table.Keyspace, refused.table.Name, refused.op.String(), outcome).Inc()
+	return refused, !l.dryRun
+}
+
+// labelOf is the limiter label of t's reads or writes: a hash of the
+// table's name with the operation in the low bit. Two tables whose names
+// collide share counters only on partitions with the same token.
+func labelOf(t *schema.Table, op Op) ratelimit.Label {
+	h := uint32(2166136261)
+	for i := 0; i < len(t.Keyspace); i++ {
+		h = (h ^ uint32(t.Keyspace[i])) * 16777619
+	}
+	h = (h ^ '.') * 16777619
+	for i := 0; i < len(t.Name); i++ {
+		h = (h ^ uint32(t.Name[i])) * 16777619
+	}
+	l := h &^ 1
+	if op == OpWrite {
+		l |= 1
+	}
+	return ratelimit.Label(l)
+}
+
+// answerRateLimited answers a refused request on its own stream, so that
+// it never reaches the upstream: with ScyllaDB's rate-limit error when the
+// driver opted in, else with Config_error, which drivers do not retry. The
+// message is ScyllaDB's wording.
+func (s *session) answerRateLimited(h frame.Header, r rejection) {
+	v := h.Version
+	code := uint32(frame.ErrCodeConfig)
+	if s.rateLimitOptIn {
+		code = errCodeRateLimit
+	}
+	opName := "read"
+	if r.op == OpWrite {
+		opName = "write"
+	}
+	b := frame.AppendHeader(s.reqScratch[:0], frame.Header{Version: v, Response: true, Stream: h.Stream, Opcode: frame.OpError})
+	b = binary.BigEndian.AppendUint32(b, code)
+	n := len("Per-partition rate limit reached for ") + len(opName) + len(" in table ") +
+		len(r.table.Keyspace) + 1 + len(r.table.Name) + len(", rejected by coordinator")
+	b = binary.BigEndian.AppendUint16(b, uint16(n))
+	b = append(b, "Per-partition rate limit reached for "...)
+	b = append(b, opName...)
+	b = append(b, " in table "...)
+	b = append(b, r.table.Keyspace...)
+	b = append(b, '.')
+	b = append(b, r.table.Name...)
+	b = append(b, ", rejected by coordinator"...)
+	if s.rateLimitOptIn {
+		opType := byte(0)
+		if r.op == OpWrite {
+			opType = 1
+		}
+		b = append(b, opType, 1) // rejected_by_coordinator
+	}
+	frame.SetLength(b)
+	s.reqScratch = b
+	if err := s.toClient.Write(b); err != nil {
+		s.log.Debug().Err(err).Msg("cannot answer client")
+	}
+}
