@@ -96,3 +96,39 @@ func TestEnforceLimits(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecide measures counting one classified request against its
+// partition's limit: accepted (a partition under its limit) and rejected
+// (one far over it, answer excluded).
+func BenchmarkDecide(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Admin.Listen = ""
+	cfg.Upstreams = []string{"127.0.0.1:1"}
+	limit := OpsPerSecond(1000)
+	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(b)}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := testSnapshot(b)
+	s := &session{p: p}
+	c := &Classification{Op: OpRead, Pinned: true, Partitions: []Partition{{Table: snap.Table([]byte("ks"), []byte("kv"))}}}
+	for _, tc := range []struct {
+		name   string
+		reject bool
+	}{{"accepted", false}, {"rejected", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := int64(0)
+			for b.Loop() {
+				if tc.reject {
+					c.Partitions[0].Token = 42
+				} else {
+					i++
+					c.Partitions[0].Token = i // a fresh partition each time
+				}
+				s.decide(c)
+			}
+		})
+	}
+}
