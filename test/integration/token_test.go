@@ -361,7 +361,10 @@ func runTokenCase(t *testing.T, s *gocql.Session, raw []*client.CqlClientConnect
 		}
 		n := int(refused.Swap(0))
 		refusedByPhase[phase] = n
-		if unpinned > n {
+		// Only writes refused on purpose may be unpinned; a driver may send
+		// one more than once (after an Unprepared, say), so their number is
+		// checked by the set comparison below.
+		if unpinned > 0 && n == 0 {
 			fail("%s: %d %s writes not pinned to one partition by the proxy", tc.typ, unpinned, phaseNames[phase])
 		}
 		observedTokens[phase] = proxyTokens
