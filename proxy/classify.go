@@ -42,6 +42,9 @@ const maxPartitions = 1024
 type Partition struct {
 	Table *schema.Table
 	Token int64
+	// Key is the serialized partition key, for display (/hot); it is the
+	// classifier's, valid until its next call.
+	Key []byte
 }
 
 // Classification is what the proxy learned of a request. Its slices are
@@ -81,11 +84,16 @@ type classifier struct {
 	spans    [][2]int // component spans in comps, column after column
 	cols     []int    // column i's spans are spans[cols[i]:cols[i+1]]
 	odometer []int
-	c        Classification
+	// keys holds the partitions' keys back to back. When it grows, the
+	// keys already handed out keep the old array, which nothing writes to
+	// again, so they stay valid until the next request.
+	keys []byte
+	c    Classification
 }
 
 func (c *classifier) reset() {
 	c.c = Classification{Partitions: c.c.Partitions[:0]}
+	c.keys = c.keys[:0]
 }
 
 // isInternal reports whether keyspace is one of Cassandra's or ScyllaDB's
@@ -266,7 +274,8 @@ func (c *classifier) addPartitions(t *schema.Table) bool {
 			sp := c.spans[c.cols[i]+c.odometer[i]]
 			c.key.Add(c.comps[sp[0]:sp[1]])
 		}
-		c.addPartition(Partition{Table: t, Token: c.key.Token()})
+		key := c.key.Bytes()
+		c.addPartition(Partition{Table: t, Token: schema.Token(key), Key: key})
 		i := ncols - 1
 		for ; i >= 0; i-- {
 			c.odometer[i]++
@@ -285,10 +294,13 @@ func (c *classifier) addPartitions(t *schema.Table) bool {
 // counts each distinct partition once.
 func (c *classifier) addPartition(p Partition) {
 	for _, q := range c.c.Partitions {
-		if q == p {
+		if q.Table == p.Table && q.Token == p.Token {
 			return
 		}
 	}
+	start := len(c.keys)
+	c.keys = append(c.keys, p.Key...)
+	p.Key = c.keys[start:len(c.keys):len(c.keys)]
 	c.c.Partitions = append(c.c.Partitions, p)
 }
 

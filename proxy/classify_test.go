@@ -176,6 +176,15 @@ func TestClassifyExecuteAndBatch(t *testing.T) {
 	if got.Partitions[1].Token != tokenOf(intBytes(3)) {
 		t.Errorf("BATCH counted partition 3 twice or wrongly: %+v", got.Partitions)
 	}
+	// Each partition keeps its own key, for /hot.
+	for i, p := range got.Partitions {
+		if schema.Token(p.Key) != p.Token {
+			t.Errorf("BATCH partition %d: key %x does not hash to its token", i, p.Key)
+		}
+	}
+	if !bytes.Equal(got.Partitions[1].Key, intBytes(3)) {
+		t.Errorf("BATCH partition 1 key %x, want %x", got.Partitions[1].Key, intBytes(3))
+	}
 
 	missing := encodeBody(t, 4, &message.Batch{Type: primitive.BatchTypeLogged, Children: []*message.BatchChild{{Id: []byte{9}}}})
 	b, _ = frame.ParseBatch(missing, 4)

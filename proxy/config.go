@@ -196,6 +196,9 @@ type AdminConfig struct {
 	// Listen is the admin address; empty disables it. Loopback by default
 	// because metrics reveal table names.
 	Listen string `yaml:"listen"`
+	// HotPartitions is how many of the busiest partitions /hot tracks, in
+	// memory fixed at start; 0 stops tracking them.
+	HotPartitions int `yaml:"hot_partitions"`
 }
 
 // LogConfig configures logging.
@@ -233,7 +236,7 @@ func DefaultConfig() Config {
 		MaxPreparedStatements: 100000,
 		DialTimeout:           Duration(5 * time.Second),
 		DrainTimeout:          Duration(30 * time.Second),
-		Admin:                 AdminConfig{Listen: "127.0.0.1:9180"},
+		Admin:                 AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100},
 		Log:                   LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{
 			Algorithm:     ratelimit.AlgorithmScylla,
@@ -401,6 +404,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBufferedBytes < 64<<10 {
 		return fmt.Errorf("max_buffered_bytes: %d is under 64 KiB", c.MaxBufferedBytes)
+	}
+	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
+		return fmt.Errorf("admin.hot_partitions: %d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions)
 	}
 	if c.MaxPreparedStatements < 1 {
 		return fmt.Errorf("max_prepared_statements: %d must be positive", c.MaxPreparedStatements)

@@ -23,10 +23,20 @@ type rejection struct {
 // could not pin, an internal one, and one on a table without a limit for
 // its operation pass uncounted. A batch counts each of its partitions once
 // and is refused whole if any of them is over its limit. It allocates
-// nothing.
-func (s *session) decide(c *Classification) (rejection, bool) {
+// nothing. now is the request's time on the proxy's clock.
+//
+// Every partition counted, limited or not, is also counted by the hot
+// partitions sketch behind /hot.
+func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	if c == nil || !c.Pinned || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
 		return rejection{}, false
+	}
+	if hot := s.p.hot; hot != nil {
+		for _, p := range c.Partitions {
+			if p.Table != nil {
+				hot.ObserveAt(now, p.Token, labelOf(p.Table, c.Op), p.Key)
+			}
+		}
 	}
 	l, lim := s.p.limits.Load(), s.p.limiter.Load()
 	if l == nil || lim == nil || c.LWT && !l.limitLWT || c.Counter && !l.limitCounters {
@@ -46,7 +56,7 @@ func (s *session) decide(c *Classification) (rejection, bool) {
 		if limit == 0 {
 			continue
 		}
-		if lim.Allow(p.Token, labelOf(p.Table, c.Op), limit) == ratelimit.Reject && !rejected {
+		if lim.AllowAt(now, p.Token, labelOf(p.Table, c.Op), limit) == ratelimit.Reject && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
 	}

@@ -38,7 +38,16 @@ type Proxy struct {
 	observe  func(*Classification)
 	stopBg   func()    // stops background work (schema loading)
 	epoch    time.Time // origin of the monotonic request timestamps
-	next     atomic.Uint32
+	// epochUnix is epoch in Unix nanoseconds: the limiter's clock reads
+	// epochUnix plus a request timestamp, so that the request path reads
+	// the time once (see clock).
+	epochUnix int64
+	// elapsed returns nanoseconds since epoch: the request timestamps.
+	// Tests stop it to make the limiter's decisions deterministic.
+	elapsed func() int64
+	next    atomic.Uint32
+	// hot tracks the busiest partitions for /hot; nil when turned off.
+	hot *ratelimit.TopK
 
 	// limits are the per-partition limits now in effect and limiter the
 	// counters that enforce them; ReloadConfig swaps both. The request path
@@ -91,9 +100,15 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 		sessions: map[*session]struct{}{},
 		stopBg:   func() {},
 	}
+	p.epochUnix = p.epoch.UnixNano()
+	p.elapsed = func() int64 { return int64(time.Since(p.epoch)) }
 	for _, opt := range opts {
 		opt(p)
 	}
+	if cfg.Admin.HotPartitions > 0 {
+		p.hot = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)
+	}
+	reg.MustRegister(newLimiterCollector(p))
 	if err := p.initLimits(reg); err != nil {
 		return nil, err
 	}
@@ -414,7 +429,7 @@ func (s *session) serveRequests() error {
 			if s.p.observe != nil {
 				s.p.observe(class)
 			}
-			if r, reject := s.decide(class); reject {
+			if r, reject := s.decide(class, s.p.epochUnix+req.start); reject {
 				s.answerRateLimited(h, r)
 				continue
 			}
@@ -747,4 +762,9 @@ func (s *session) refuseVersion(e *frame.UnsupportedVersionError) {
 	s.toClient.Write(versionError(e))
 }
 
-func (s *session) now() int64 { return int64(time.Since(s.p.epoch)) }
+func (s *session) now() int64 { return s.p.elapsed() }
+
+// clock is the limiter's and the hot partitions' clock: Unix nanoseconds
+// that advance with the monotonic clock. A request's timestamp from
+// session.now is the same clock less epochUnix.
+func (p *Proxy) clock() int64 { return p.epochUnix + p.elapsed() }

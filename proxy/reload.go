@@ -36,7 +36,7 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 	if err != nil {
 		return err
 	}
-	lim, err := ratelimit.New(l.limiter)
+	lim, err := ratelimit.New(p.limiterConfig(l))
 	if err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
@@ -127,7 +127,7 @@ func (p *Proxy) applyLimits(cfg LimitsConfig) error {
 		return err
 	}
 	if old := p.limits.Load(); !sameLimiter(old.limiter, l.limiter) {
-		lim, err := ratelimit.New(l.limiter)
+		lim, err := ratelimit.New(p.limiterConfig(l))
 		if err != nil {
 			return fmt.Errorf("limits: %w", err)
 		}
@@ -139,6 +139,14 @@ func (p *Proxy) applyLimits(cfg LimitsConfig) error {
 	}
 	p.limits.Store(l)
 	return nil
+}
+
+// limiterConfig is l's limiter configuration on the proxy's clock, which
+// the request path passes to the limiter with each decision.
+func (p *Proxy) limiterConfig(l *limits) ratelimit.Config {
+	cfg := l.limiter
+	cfg.Clock = p.clock
+	return cfg
 }
 
 // restartOnlyChanges returns the keys, such as "listen" or "schema.refresh",

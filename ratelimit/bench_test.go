@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,7 @@ var algorithms = []string{AlgorithmScylla, AlgorithmTokenBucket}
 func BenchmarkAllow(b *testing.B) {
 	fixed := func() int64 { return epoch }
 	for _, alg := range algorithms {
-		for _, clock := range []string{"system-clock", "fixed-clock"} {
+		for _, clock := range []string{"system-clock", "fixed-clock", "caller-clock"} {
 			b.Run(alg+"/"+clock, func(b *testing.B) {
 				cfg := Config{Algorithm: alg}
 				if clock == "fixed-clock" {
@@ -26,6 +27,17 @@ func BenchmarkAllow(b *testing.B) {
 				}
 				b.ReportAllocs()
 				var i int64
+				if clock == "caller-clock" {
+					// The proxy passes the time it read when the request
+					// arrived (AllowAt).
+					now := int64(epoch)
+					for b.Loop() {
+						i++
+						now += 1000
+						l.AllowAt(now, i&4095, 0, 1000)
+					}
+					return
+				}
 				for b.Loop() {
 					i++
 					l.Allow(i&4095, 0, 1000)
@@ -100,5 +112,38 @@ func TestMemoryConstant(t *testing.T) {
 			t.Errorf("%s: heap grew by %d bytes over %d partitions", alg, grew, n)
 		}
 		runtime.KeepAlive(l)
+	}
+}
+
+// BenchmarkMemory counts n distinct partitions before timing decisions over
+// them, and reports the heap in use afterwards: it stays at the size of the
+// tables whether one partition or ten million were seen.
+func BenchmarkMemory(b *testing.B) {
+	for _, alg := range algorithms {
+		for _, n := range []int64{1, 1_000, 100_000, 10_000_000} {
+			b.Run(fmt.Sprintf("%s/partitions=%d", alg, n), func(b *testing.B) {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				l, err := New(Config{Algorithm: alg})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := range n {
+					l.Allow(int64(mix(uint64(i))), 1, 100)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportAllocs()
+				var i int64
+				for b.Loop() {
+					l.Allow(int64(mix(uint64(i%n))), 1, 100)
+					i++
+				}
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc), "heap-B")
+				b.ReportMetric(float64(after.Mallocs-before.Mallocs), "setup-mallocs")
+				runtime.KeepAlive(l)
+			})
+		}
 	}
 }

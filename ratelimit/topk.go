@@ -135,7 +135,12 @@ func NewTopK(k int, maxKeyBytes int, clock func() int64) *TopK {
 // Observe counts one operation on the partition with the given token,
 // label and key. It does not allocate.
 func (t *TopK) Observe(token int64, label Label, key []byte) {
-	now := t.now()
+	t.ObserveAt(t.now(), token, label, key)
+}
+
+// ObserveAt is Observe at time now, read from the clock given to NewTopK
+// by a caller that already holds a reading.
+func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) {
 	t.mu.Lock()
 	w := t.weightAt(now)
 	h := t.hash(token, label)

@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// /hot lists the busiest partitions, busiest first, with their table, op,
+// key and limit, and the limiter's table statistics are exported.
+func TestHotPartitions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Admin.Listen = ""
+	cfg.Upstreams = []string{"127.0.0.1:1"}
+	limit := OpsPerSecond(1000)
+	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxWritesPerSecond: &limit}}}}
+	reg := prometheus.NewRegistry()
+	snap := testSnapshot(t)
+	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{snap}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.elapsed = func() int64 { return 1e9 }
+	s := &session{p: p}
+	kv, tab := snap.Table([]byte("ks"), []byte("kv")), snap.Table([]byte("Ks"), []byte("Tab"))
+	request := func(op Op, parts ...Partition) *Classification {
+		return &Classification{Op: op, Pinned: true, Partitions: parts}
+	}
+	for range 30 {
+		s.decide(request(OpWrite, Partition{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}), p.clock())
+	}
+	for range 20 {
+		big := []byte{0, 0, 0, 0, 0, 0, 0, 42}
+		s.decide(request(OpRead, Partition{Table: tab, Token: tokenOf(big), Key: big}), p.clock())
+	}
+	s.decide(request(OpRead, Partition{Table: kv, Token: tokenOf(intBytes(1)), Key: intBytes(1)}), p.clock())
+	// Internal and unpinned requests are not counted.
+	s.decide(&Classification{Op: OpRead, Pinned: false}, p.clock())
+
+	hot := p.Hot()
+	if len(hot) != 3 {
+		t.Fatalf("Hot() = %+v, want 3 partitions", hot)
+	}
+	want := []struct {
+		ks, table, op, key string
+		limit              uint32
+	}{{"ks", "kv", "write", "7", 1000}, {"Ks", "Tab", "read", "42", 0}, {"ks", "kv", "read", "1", 0}}
+	for i, w := range want {
+		h := hot[i]
+		if h.Keyspace != w.ks || h.Table != w.table || h.Op != w.op || h.Key != w.key || h.Limit != w.limit || !(h.Rate > 0) {
+			t.Errorf("hot[%d] = %+v, want %s.%s %s key %s limit %d", i, h, w.ks, w.table, w.op, w.key, w.limit)
+		}
+	}
+
+	rec := httptest.NewRecorder()
+	p.AdminHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/hot?n=1", nil))
+	var got []HotPartition
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK || len(got) != 1 || got[0].Key != "7" {
+		t.Errorf("GET /hot?n=1: %d %s (%v)", rec.Code, rec.Body, err)
+	}
+	rec = httptest.NewRecorder()
+	p.AdminHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/hot?n=x", nil))
+	if rec.Code != http.StatusBadRequest {
+		t.Errorf("GET /hot?n=x: %d, want 400", rec.Code)
+	}
+
+	// One write was counted against a limit, none failed to find a slot.
+	n, err := testutil.GatherAndCount(reg, "cqlguard_rate_limiter_capacity_entries", "cqlguard_rate_limiter_entries",
+		"cqlguard_rate_limiter_evictions_total", "cqlguard_rate_limiter_failed_allocations_total")
+	if err != nil || n != 4 {
+		t.Errorf("limiter metrics: %d series, %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cqlguard_rate_limiter_entries Partition counters in use now: occupancy is this over the capacity.
+# TYPE cqlguard_rate_limiter_entries gauge
+cqlguard_rate_limiter_entries 1
+`), "cqlguard_rate_limiter_entries"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestHotOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Admin.Listen, cfg.Admin.HotPartitions = "", 0
+	cfg.Upstreams = []string{"127.0.0.1:1"}
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Hot() != nil {
+		t.Error("Hot() with tracking off is not nil")
+	}
+	rec := httptest.NewRecorder()
+	p.AdminHandler(prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", "/hot", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("GET /hot with tracking off: %d", rec.Code)
+	}
+}
