@@ -14,8 +14,18 @@ import (
 // first failure.
 func runDriver(t *testing.T, name string, env ...string) {
 	t.Helper()
-	script := filepath.Join(repoRoot(), "test", "drivers", name, "run.sh")
-	cmd := exec.Command("bash", script)
+	runDriverScript(t, name, "", env...)
+}
+
+// runDriverScript runs one script of a driver's test clients, with env
+// over the defaults, and returns its output.
+func runDriverScript(t *testing.T, name, script string, env ...string) string {
+	t.Helper()
+	run := filepath.Join(repoRoot(), "test", "drivers", name, "run.sh")
+	cmd := exec.Command("bash", run)
+	if script != "" {
+		cmd.Args = append(cmd.Args, script)
+	}
 	cmd.Env = append(os.Environ(),
 		"CQL_HOST="+proxyHost, "CQL_PORT=9042", "CQL_USER="+user, "CQL_PASSWORD="+password,
 		"EXPECT_HOSTS="+proxyHost)
@@ -26,6 +36,7 @@ func runDriver(t *testing.T, name string, env ...string) {
 	if err != nil {
 		t.Fatalf("%s driver test failed: %v", name, err)
 	}
+	return string(out)
 }
 
 func TestPythonDriverThroughProxy(t *testing.T) {
