@@ -487,9 +487,9 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// rejectedRow measures a cqlguard whose limits reject every request: the
-// cost of a rejection. Until cqlguard enforces limits, the row says why it
-// is empty.
+// rejectedRow measures a cqlguard whose limits reject nearly every
+// request: the cost of a rejection. A row where limits did not take hold
+// says so instead of reporting the cost of forwarding.
 func (s *suite) rejectedRow(ctx context.Context) *row {
 	r := &row{name: "EXECUTE v4 none, rejected", path: "cqlguard", cost: &proxyCost{}}
 	limits := defaultRejectLimits
@@ -505,7 +505,7 @@ func (s *suite) rejectedRow(ctx context.Context) *row {
 	px, err := s.startProxy(ctx, "cqlguard-rejecting", limits)
 	if err != nil {
 		fmt.Fprintln(s.stderr, " cannot start")
-		r.note = "TODO: needs enforcement (cqlguard refused the limits: " + firstLine(err.Error()) + ")"
+		r.note = "TODO: cqlguard refused the limits: " + firstLine(err.Error())
 		return r
 	}
 	defer px.stop()
@@ -524,7 +524,7 @@ func (s *suite) rejectedRow(ctx context.Context) *row {
 	}
 	fmt.Fprintf(s.stderr, " %.0f req/s, %d of %d rejected\n", r.sat.Rate, r.sat.Rejected, r.sat.Answered())
 	if share := float64(r.sat.Rejected) / max(1, float64(r.sat.Answered())); share < 0.9 {
-		r.note = fmt.Sprintf("TODO: needs enforcement (only %.0f%% rejected)", 100*share)
+		r.note = fmt.Sprintf("TODO: limits did not take hold (only %.0f%% rejected)", 100*share)
 		r.cost = nil
 	}
 	return r
