@@ -5,6 +5,7 @@
 //	cqlguard-bench upstream -listen 127.0.0.1:19042
 //	cqlguard-bench load -addr 127.0.0.1:9042 -duration 30s -loader 'name=uniform,conns=4' -loader 'name=hot,dist=hot,start=10s'
 //	cqlguard-bench suite -cqlguard bin/cqlguard
+//	cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/goodput.png
 package main
 
 import (
@@ -38,6 +39,7 @@ commands:
   upstream   run the fake upstream node until SIGTERM or SIGINT
   load       drive a node or proxy and report each second
   suite      the benchmark of make bench: direct and through cqlguard, one table
+  goodput    the goodput experiment of make goodput, against a real node
 
 cqlguard-bench <command> -h lists a command's flags.`
 
@@ -55,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runLoad(ctx, args[1:], stdout, stderr)
 	case "suite":
 		return runSuite(ctx, args[1:], stdout, stderr)
+	case "goodput":
+		return runGoodput(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/bench/plot"
+)
+
+// goodput runs the goodput experiment against a real node: a uniform read
+// workload through cqlguard, then a second loader hammering one partition
+// of the same table, then the limit for that table switched on by a
+// reload. It reports the uniform workload's goodput per second through the
+// three phases, and plots it.
+type goodput struct {
+	cqlguard, upstream     string
+	user, password         string
+	keys                   uint64
+	conns, concurrency     int
+	hotFactor, hotBytes    int
+	hotRate                float64
+	limit                  int
+	phase, warmup, preload time.Duration
+	out, jsonPath, dir     string
+	stdout, stderr         io.Writer
+}
+
+func runGoodput(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	g := &goodput{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("goodput", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&g.cqlguard, "cqlguard", "bin/cqlguard", "the cqlguard binary")
+	fs.StringVar(&g.upstream, "upstream", "127.0.0.2:9042", "the Cassandra or ScyllaDB node")
+	fs.StringVar(&g.user, "user", "cassandra", "PasswordAuthenticator user, for the loaders and cqlguard's schema reads")
+	fs.StringVar(&g.password, "password", "cassandra", "the password of -user")
+	fs.Uint64Var(&g.keys, "keys", 10000, "partitions of bench.kv the uniform workload reads, written first")
+	fs.IntVar(&g.conns, "conns", 2, "connections of each loader")
+	fs.IntVar(&g.concurrency, "concurrency", 8, "requests in flight per connection of the uniform loader")
+	fs.IntVar(&g.hotFactor, "hot-factor", 8, "the hot loader's concurrency, as a multiple of the uniform loader's")
+	fs.IntVar(&g.hotBytes, "hot-bytes", 16384, "size of the rows the hot loader writes")
+	fs.Float64Var(&g.hotRate, "hot-rate", 0, "the hot loader's offered rate in requests per second (0: as fast as its concurrency allows)")
+	fs.IntVar(&g.limit, "limit", 200, "max_writes_per_second of one partition of bench.kv in the last phase")
+	fs.DurationVar(&g.phase, "phase", 20*time.Second, "length of each phase")
+	fs.DurationVar(&g.warmup, "warmup", 5*time.Second, "start of the first phase left out of its figures")
+	fs.DurationVar(&g.preload, "preload", 5*time.Second, "time spent writing the uniform workload's rows first")
+	fs.StringVar(&g.out, "out", "docs/goodput.png", "the plot to write")
+	fs.StringVar(&g.jsonPath, "json", "", "also write each second's figures to this file, one JSON object a line")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "cqlguard-goodput-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	g.dir = dir
+	return g.run(ctx)
+}
+
+// phase names, in order.
+const (
+	phaseBaseline = "uniform alone"
+	phaseHot      = "hot loader"
+	phaseLimited  = "limit on"
+)
+
+func (g *goodput) run(ctx context.Context) error {
+	px, cfgPath, err := g.startProxy(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		px.Process.Signal(syscall.SIGTERM)
+		px.Wait()
+	}()
+	addr := g.proxyAddr()
+
+	uniform := load.DefaultSpec()
+	uniform.Name, uniform.Addr, uniform.Username, uniform.Password = "uniform", addr, g.user, g.password
+	uniform.Keys, uniform.Conns, uniform.Concurrency = g.keys, g.conns, g.concurrency
+	if err := load.CreateSchema(uniform, 1); err != nil {
+		return fmt.Errorf("creating bench.kv: %w", err)
+	}
+	// The uniform workload reads rows that exist, so that its goodput is
+	// real reads.
+	fmt.Fprintf(g.stderr, "writing bench.kv's rows for %v...\n", g.preload)
+	pre := uniform
+	pre.Name, pre.Op, pre.Concurrency = "preload", load.Write, 64
+	if _, err := load.Run(ctx, []load.Spec{pre}, load.Options{Duration: g.preload}); err != nil {
+		return fmt.Errorf("writing rows: %w", err)
+	}
+
+	hot := uniform
+	hot.Name, hot.Op, hot.Dist, hot.HotKeys, hot.HotFraction = "hot", load.Write, load.Hot, 1, 1
+	hot.Concurrency, hot.ValueBytes, hot.Rate = g.concurrency*g.hotFactor, g.hotBytes, g.hotRate
+	hot.Start = g.warmup + g.phase
+	total := g.warmup + 3*g.phase
+	phases := []load.Phase{
+		{Name: phaseBaseline, At: 0},
+		{Name: phaseHot, At: g.warmup + g.phase},
+		{Name: phaseLimited, At: g.warmup + 2*g.phase, Action: func(context.Context) error {
+			if err := os.WriteFile(cfgPath, []byte(g.config(true)), 0o600); err != nil {
+				return err
+			}
+			return px.Process.Signal(syscall.SIGHUP)
+		}},
+	}
+	var jsonOut io.Writer
+	if g.jsonPath != "" {
+		f, err := os.Create(g.jsonPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jsonOut = f
+	}
+	var seconds []load.Second
+	fmt.Fprintf(g.stderr, "running %v: %s, %s at %v, %s at %v\n", total, phaseBaseline, phaseHot, phases[1].At, phaseLimited, phases[2].At)
+	_, err = load.Run(ctx, []load.Spec{uniform, hot}, load.Options{
+		Duration: total, Warmup: g.warmup, Phases: phases,
+		Report: func(s load.Second) {
+			seconds = append(seconds, s)
+			load.WriteSecond(g.stderr, s)
+			if jsonOut != nil {
+				b, _ := json.Marshal(s)
+				fmt.Fprintf(jsonOut, "%s\n", b)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	res := g.summarize(seconds)
+	if err := g.plot(seconds); err != nil {
+		return err
+	}
+	res.write(g.stdout, g)
+	return nil
+}
+
+// config is cqlguard's configuration, with the limit on bench.kv or not.
+func (g *goodput) config(limited bool) string {
+	port := strings.TrimPrefix(g.proxyAddr(), "127.0.0.1:")
+	admin, _ := strconv.Atoi(port)
+	cfg := fmt.Sprintf("listen: %s\nupstreams: [%s]\nadmin:\n  listen: 127.0.0.1:%d\nlog:\n  level: info\n"+
+		"schema:\n  username: %s\n  password_env: CQLGUARD_GOODPUT_PASSWORD\n",
+		g.proxyAddr(), g.upstream, admin+1, g.user)
+	if limited {
+		cfg += fmt.Sprintf("limits:\n  keyspaces:\n    bench:\n      tables:\n        kv: {max_writes_per_second: %d}\n", g.limit)
+	}
+	return cfg
+}
+
+// proxyAddr is where cqlguard listens; its admin listener is on the next
+// port.
+func (g *goodput) proxyAddr() string { return "127.0.0.1:9044" }
+
+// startProxy starts cqlguard without limits and waits until it is ready.
+func (g *goodput) startProxy(ctx context.Context) (*exec.Cmd, string, error) {
+	cfgPath := filepath.Join(g.dir, "cqlguard.yaml")
+	if err := os.WriteFile(cfgPath, []byte(g.config(false)), 0o600); err != nil {
+		return nil, "", err
+	}
+	logPath := filepath.Join(g.dir, "cqlguard.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", err
+	}
+	defer logFile.Close()
+	cmd := exec.CommandContext(ctx, g.cqlguard, "-config", cfgPath)
+	cmd.Env = append(os.Environ(), "CQLGUARD_GOODPUT_PASSWORD="+g.password)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	host, port, _ := net.SplitHostPort(g.proxyAddr())
+	p, _ := strconv.Atoi(port)
+	ready := "http://" + net.JoinHostPort(host, strconv.Itoa(p+1)) + "/readyz"
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(ready); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return cmd, cfgPath, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, "", fmt.Errorf("cqlguard not ready after 30s: %s", tail(logPath))
+		}
+	}
+}
+
+// phaseFigures are one phase's means per second.
+type phaseFigures struct {
+	name                       string
+	seconds                    int
+	goodput, p99               float64 // the uniform loader's
+	hotAccepted, hotRejected   float64
+	hotFailed, uniformRejected float64
+}
+
+type goodputResult struct{ phases []phaseFigures }
+
+// summarize averages each phase's seconds, leaving out the first seconds
+// of the hot and limited phases, while the change takes hold, and the
+// warmup.
+func (g *goodput) summarize(seconds []load.Second) goodputResult {
+	const settle = 3 * time.Second
+	starts := map[string]time.Duration{phaseBaseline: g.warmup, phaseHot: g.warmup + g.phase + settle, phaseLimited: g.warmup + 2*g.phase + settle}
+	var res goodputResult
+	for _, name := range []string{phaseBaseline, phaseHot, phaseLimited} {
+		f := phaseFigures{name: name}
+		for _, s := range seconds {
+			if s.Phase != name || s.T-s.Length < starts[name] || len(s.Loaders) < 2 {
+				continue
+			}
+			secs := s.Length.Seconds()
+			u, h := s.Loaders[0], s.Loaders[1]
+			f.seconds++
+			f.goodput += float64(u.Succeeded) / secs
+			f.uniformRejected += float64(u.Rejected) / secs
+			f.p99 += float64(u.P99) / 1e3
+			f.hotAccepted += float64(h.Succeeded) / secs
+			f.hotRejected += float64(h.Rejected) / secs
+			f.hotFailed += float64(h.Failed) / secs
+		}
+		if n := float64(f.seconds); n > 0 {
+			f.goodput /= n
+			f.uniformRejected /= n
+			f.p99 /= n
+			f.hotAccepted /= n
+			f.hotRejected /= n
+			f.hotFailed /= n
+		}
+		res.phases = append(res.phases, f)
+	}
+	return res
+}
+
+func (r goodputResult) write(w io.Writer, g *goodput) {
+	fmt.Fprintf(w, "| phase | seconds | uniform goodput req/s | vs alone | uniform p99 (mean of seconds) | hot accepted/s | hot rejected/s |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	base := r.phases[0].goodput
+	for _, f := range r.phases {
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f%% | %s | %.0f | %.0f |\n", f.name, f.seconds, f.goodput,
+			100*f.goodput/max(base, 1), load.FormatLatency(time.Duration(f.p99*1e3)), f.hotAccepted, f.hotRejected)
+	}
+	lim := r.phases[2]
+	fmt.Fprintf(w, "\nWith the limit on, the uniform workload's goodput is %.0f%% of its level alone (target: at least 90%%),\n"+
+		"and the hot partition's accepted rate is %.0f/s against a limit of %d/s (%+.1f%%; target: within 10%%).\n",
+		100*lim.goodput/max(base, 1), lim.hotAccepted, g.limit, 100*(lim.hotAccepted/float64(g.limit)-1))
+	fmt.Fprintf(w, "Plot: %s\n", g.out)
+}
+
+// plot draws the uniform loader's goodput and the hot loader's accepted
+// rate per second, with the phases marked.
+func (g *goodput) plot(seconds []load.Second) error {
+	var uniform, hot plot.Series
+	uniform.Name, uniform.Color = "uniform reads: goodput (succeeded/s)", color.RGBA{0x1f, 0x77, 0xb4, 0xff}
+	hot.Name, hot.Color = "hot partition writes: accepted/s", color.RGBA{0xd6, 0x27, 0x28, 0xff}
+	for _, s := range seconds {
+		if len(s.Loaders) < 2 {
+			continue
+		}
+		t, secs := s.T.Seconds(), s.Length.Seconds()
+		uniform.X, uniform.Y = append(uniform.X, t), append(uniform.Y, float64(s.Loaders[0].Succeeded)/secs)
+		hot.X, hot.Y = append(hot.X, t), append(hot.Y, float64(s.Loaders[1].Succeeded)/secs)
+	}
+	if len(uniform.X) == 0 {
+		return errors.New("goodput: no seconds to plot")
+	}
+	c := plot.Chart{
+		Title:  fmt.Sprintf("cqlguard goodput: uniform reads beside a hot partition (limit %d writes/s)", g.limit),
+		XLabel: "seconds", YLabel: "requests/s",
+		Series: []plot.Series{uniform, hot},
+		Markers: []plot.Marker{
+			{X: (g.warmup + g.phase).Seconds(), Label: "hot loader starts"},
+			{X: (g.warmup + 2*g.phase).Seconds(), Label: "limit on (reload)"},
+		},
+	}
+	if err := os.MkdirAll(filepath.Dir(g.out), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(g.out)
+	if err != nil {
+		return err
+	}
+	if err := c.WritePNG(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", g.out, err)
+	}
+	return f.Close()
+}
