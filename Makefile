@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME    ?= 10s
 
-.PHONY: all build demo test lint unit fuzz integration bench clean
+.PHONY: all build demo test lint unit fuzz integration bench goodput clean
 
 all: build
 
@@ -49,3 +49,14 @@ bench: build
 
 clean:
 	rm -rf bin
+
+# goodput runs the goodput experiment (docs/benchmarks.md): against the
+# local Cassandra it starts, pinned to a CPU of its own, a uniform read
+# workload through cqlguard, then a loader hammering one partition, then
+# that table's limit switched on by a reload. It prints the figures and
+# writes docs/goodput.png; about 2 minutes once Cassandra is up.
+goodput: build
+	$(GO) build -o bin/cqlguard-bench ./cmd/cqlguard-bench
+	bash test/cassandra/cassandra.sh start
+	bin/cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
+		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/goodput.png $(GOODPUTFLAGS)

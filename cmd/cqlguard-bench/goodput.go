@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,8 +35,10 @@ type goodput struct {
 	conns, concurrency     int
 	hotFactor, hotBytes    int
 	hotRate                float64
+	hotOp                  string
 	limit                  int
 	phase, warmup, preload time.Duration
+	upstreamPID            int
 	out, jsonPath, dir     string
 	stdout, stderr         io.Writer
 }
@@ -52,16 +55,21 @@ func runGoodput(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&g.conns, "conns", 2, "connections of each loader")
 	fs.IntVar(&g.concurrency, "concurrency", 8, "requests in flight per connection of the uniform loader")
 	fs.IntVar(&g.hotFactor, "hot-factor", 8, "the hot loader's concurrency, as a multiple of the uniform loader's")
-	fs.IntVar(&g.hotBytes, "hot-bytes", 16384, "size of the rows the hot loader writes")
-	fs.Float64Var(&g.hotRate, "hot-rate", 0, "the hot loader's offered rate in requests per second (0: as fast as its concurrency allows)")
-	fs.IntVar(&g.limit, "limit", 200, "max_writes_per_second of one partition of bench.kv in the last phase")
-	fs.DurationVar(&g.phase, "phase", 20*time.Second, "length of each phase")
-	fs.DurationVar(&g.warmup, "warmup", 5*time.Second, "start of the first phase left out of its figures")
+	fs.IntVar(&g.hotBytes, "hot-bytes", 16384, "size of the hot partition's row")
+	fs.StringVar(&g.hotOp, "hot-op", "read", "what the hot loader does to its partition: read (its row is written first) or write")
+	fs.Float64Var(&g.hotRate, "hot-rate", 15000, "the hot loader's offered rate in requests per second, kept when it is refused (0: as fast as its concurrency allows, which turns refusals into a busy loop on the load generator's machine)")
+	fs.IntVar(&g.limit, "limit", 200, "the per-partition limit of bench.kv for the hot loader's operation in the last phase")
+	fs.DurationVar(&g.phase, "phase", 30*time.Second, "length of each phase")
+	fs.DurationVar(&g.warmup, "warmup", 15*time.Second, "start of the first phase left out of its figures")
 	fs.DurationVar(&g.preload, "preload", 5*time.Second, "time spent writing the uniform workload's rows first")
+	fs.IntVar(&g.upstreamPID, "upstream-pid", 0, "the node's process id, when it runs on this machine: it is pinned to the last CPU and everything else here to the others, as a cluster runs on machines of its own (0: no pinning)")
 	fs.StringVar(&g.out, "out", "docs/goodput.png", "the plot to write")
 	fs.StringVar(&g.jsonPath, "json", "", "also write each second's figures to this file, one JSON object a line")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if g.hotOp != string(load.Read) && g.hotOp != string(load.Write) {
+		return fmt.Errorf("goodput: -hot-op %q: want read or write", g.hotOp)
 	}
 	dir, err := os.MkdirTemp("", "cqlguard-goodput-")
 	if err != nil {
@@ -80,6 +88,13 @@ const (
 )
 
 func (g *goodput) run(ctx context.Context) error {
+	if g.upstreamPID != 0 {
+		restore, err := g.pin()
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	px, cfgPath, err := g.startProxy(ctx)
 	if err != nil {
 		return err
@@ -106,8 +121,16 @@ func (g *goodput) run(ctx context.Context) error {
 	}
 
 	hot := uniform
-	hot.Name, hot.Op, hot.Dist, hot.HotKeys, hot.HotFraction = "hot", load.Write, load.Hot, 1, 1
+	hot.Name, hot.Op, hot.Dist, hot.HotKeys, hot.HotFraction = "hot", load.Op(g.hotOp), load.Hot, 1, 1
 	hot.Concurrency, hot.ValueBytes, hot.Rate = g.concurrency*g.hotFactor, g.hotBytes, g.hotRate
+	if hot.Op == load.Read {
+		// The hot partition holds the larger row that every read returns.
+		w := hot
+		w.Name, w.Op, w.Conns, w.Concurrency, w.Rate = "hot row", load.Write, 1, 1, 10
+		if _, err := load.Run(ctx, []load.Spec{w}, load.Options{Duration: time.Second}); err != nil {
+			return fmt.Errorf("writing the hot row: %w", err)
+		}
+	}
 	hot.Start = g.warmup + g.phase
 	total := g.warmup + 3*g.phase
 	phases := []load.Phase{
@@ -161,7 +184,7 @@ func (g *goodput) config(limited bool) string {
 		"schema:\n  username: %s\n  password_env: CQLGUARD_GOODPUT_PASSWORD\n",
 		g.proxyAddr(), g.upstream, admin+1, g.user)
 	if limited {
-		cfg += fmt.Sprintf("limits:\n  keyspaces:\n    bench:\n      tables:\n        kv: {max_writes_per_second: %d}\n", g.limit)
+		cfg += fmt.Sprintf("limits:\n  keyspaces:\n    bench:\n      tables:\n        kv: {max_%ss_per_second: %d}\n", g.hotOp, g.limit)
 	}
 	return cfg
 }
@@ -273,7 +296,7 @@ func (r goodputResult) write(w io.Writer, g *goodput) {
 func (g *goodput) plot(seconds []load.Second) error {
 	var uniform, hot plot.Series
 	uniform.Name, uniform.Color = "uniform reads: goodput (succeeded/s)", color.RGBA{0x1f, 0x77, 0xb4, 0xff}
-	hot.Name, hot.Color = "hot partition writes: accepted/s", color.RGBA{0xd6, 0x27, 0x28, 0xff}
+	hot.Name, hot.Color = "hot partition "+g.hotOp+"s: accepted/s", color.RGBA{0xd6, 0x27, 0x28, 0xff}
 	for _, s := range seconds {
 		if len(s.Loaders) < 2 {
 			continue
@@ -286,7 +309,7 @@ func (g *goodput) plot(seconds []load.Second) error {
 		return errors.New("goodput: no seconds to plot")
 	}
 	c := plot.Chart{
-		Title:  fmt.Sprintf("cqlguard goodput: uniform reads beside a hot partition (limit %d writes/s)", g.limit),
+		Title:  fmt.Sprintf("cqlguard goodput: uniform reads beside a hot partition (limit %d %ss/s)", g.limit, g.hotOp),
 		XLabel: "seconds", YLabel: "requests/s",
 		Series: []plot.Series{uniform, hot},
 		Markers: []plot.Marker{
@@ -306,4 +329,29 @@ func (g *goodput) plot(seconds []load.Second) error {
 		return fmt.Errorf("writing %s: %w", g.out, err)
 	}
 	return f.Close()
+}
+
+// pin gives the node the last CPU and this process, with cqlguard and the
+// loaders it starts, the others: what the loaders and cqlguard spend, on
+// refused requests above all, then does not come out of the node's CPU, as
+// when the cluster runs on machines of its own. It returns a function that
+// gives the node every CPU again.
+func (g *goodput) pin() (func(), error) {
+	n := runtime.NumCPU()
+	if n < 2 {
+		return nil, errors.New("goodput: -upstream-pid needs two CPUs or more")
+	}
+	node, rest, all := strconv.Itoa(n-1), fmt.Sprintf("0-%d", n-2), fmt.Sprintf("0-%d", n-1)
+	for _, args := range [][]string{
+		{"-a", "-p", "-c", node, strconv.Itoa(g.upstreamPID)},
+		{"-a", "-p", "-c", rest, strconv.Itoa(os.Getpid())},
+	} {
+		if out, err := exec.Command("taskset", args...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("goodput: taskset %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	fmt.Fprintf(g.stderr, "pinned: the node (pid %d) on CPU %s, cqlguard and the loaders on CPUs %s\n", g.upstreamPID, node, rest)
+	return func() {
+		exec.Command("taskset", "-a", "-p", "-c", all, strconv.Itoa(g.upstreamPID)).Run()
+	}, nil
 }

@@ -7,6 +7,7 @@
 #   cassandra.sh stop [--wipe]  stop it; --wipe also deletes its data
 #   cassandra.sh wipe           same as stop --wipe
 #   cassandra.sh status         exit 0 if it runs and answers
+#   cassandra.sh pid            print its process id, if it runs
 #   cassandra.sh cqlsh-check    log in as cassandra/cassandra, print release_version
 #
 # Environment (defaults in brackets):
@@ -393,6 +394,7 @@ case "${1:-}" in
   stop) shift; stop "$@" ;;
   wipe) stop --wipe ;;
   status) status ;;
+  pid) running || die "not running (data $data)"; cat "$pidfile" ;;
   cqlsh-check) cqlsh_check ;;
-  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|wipe|status|cqlsh-check" ;;
+  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|wipe|status|pid|cqlsh-check" ;;
 esac

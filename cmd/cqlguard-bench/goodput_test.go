@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cqlguard "github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/test/bench/load"
+)
+
+// The goodput experiment's figures are means per phase over the seconds
+// after each change settled, its configurations load, and its plot is a
+// PNG.
+func TestGoodputSummary(t *testing.T) {
+	g := &goodput{warmup: 2 * time.Second, phase: 5 * time.Second, limit: 100, hotOp: "read",
+		upstream: "127.0.0.2:9042", user: "cassandra", out: filepath.Join(t.TempDir(), "goodput.png")}
+	var seconds []load.Second
+	for i := 1; i <= 17; i++ {
+		t := time.Duration(i) * time.Second
+		phase, uniform, hotOK, hotRej := phaseBaseline, uint64(1000), uint64(0), uint64(0)
+		switch {
+		case t > 12*time.Second:
+			phase, uniform, hotOK, hotRej = phaseLimited, 950, 100, 900
+		case t > 7*time.Second:
+			phase, uniform, hotOK = phaseHot, 400, 1000
+		}
+		seconds = append(seconds, load.Second{T: t, Length: time.Second, Phase: phase, Loaders: []load.Interval{
+			{Loader: "uniform", Succeeded: uniform, P99: time.Millisecond},
+			{Loader: "hot", Succeeded: hotOK, Rejected: hotRej},
+		}})
+	}
+	res := g.summarize(seconds)
+	want := []phaseFigures{
+		{name: phaseBaseline, seconds: 5, goodput: 1000, p99: 1000},
+		{name: phaseHot, seconds: 2, goodput: 400, p99: 1000, hotAccepted: 1000},
+		{name: phaseLimited, seconds: 2, goodput: 950, p99: 1000, hotAccepted: 100, hotRejected: 900},
+	}
+	for i, w := range want {
+		if res.phases[i] != w {
+			t.Errorf("phase %d: %+v, want %+v", i, res.phases[i], w)
+		}
+	}
+	var b bytes.Buffer
+	res.write(&b, g)
+	if !strings.Contains(b.String(), "goodput is 95% of its level alone") || !strings.Contains(b.String(), "100/s against a limit of 100/s") {
+		t.Errorf("report:\n%s", b.String())
+	}
+
+	if err := g.plot(seconds); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(g.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("plot: %v", err)
+	}
+
+	for _, limited := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "cqlguard.yaml")
+		os.WriteFile(path, []byte(g.config(limited)), 0o600)
+		cfg, err := cqlguard.LoadConfig(path)
+		if err != nil {
+			t.Fatalf("config (limited %v): %v", limited, err)
+		}
+		if got := cfg.Limits.Keyspaces["bench"].Tables["kv"].MaxReadsPerSecond; limited != (got != nil && *got == 100) {
+			t.Errorf("config (limited %v): bench.kv reads limit %v", limited, got)
+		}
+	}
+}
