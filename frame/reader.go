@@ -32,6 +32,8 @@ type Reader struct {
 	buf  []byte         // frames read whole or assembled from several segments
 	segs *SegmentReader // nil before the v5 handshake completes
 	rest []byte         // frames still unread in the current self-contained segment
+	// started is set from a frame's first byte until Next returns it.
+	started bool
 }
 
 // NewReader returns a Reader of frames whose bodies are at most maxBody bytes.
@@ -53,6 +55,11 @@ func (r *Reader) UseSegments(compressed bool) {
 // when a writer that batches answers should flush.
 func (r *Reader) Buffered() int { return r.br.Buffered() + len(r.rest) }
 
+// Started reports whether a frame has begun to arrive and is not whole yet:
+// while it is set, the reader of the underlying stream waits for the rest
+// of a frame, not for the peer's next request, and may bound that wait.
+func (r *Reader) Started() bool { return r.started }
+
 // Segmented reports whether the reader reads v5 segments.
 func (r *Reader) Segmented() bool { return r.segs != nil }
 
@@ -61,6 +68,15 @@ func (r *Reader) Segmented() bool { return r.segs != nil }
 // *TooLargeError (skipped; the stream is usable), io errors, and errors
 // wrapping ErrCorrupt or segment errors after which the stream is unusable.
 func (r *Reader) Next() ([]byte, Header, error) {
+	// Waiting for a frame's first byte is waiting for the peer; after it,
+	// for the rest of the frame (Started).
+	if len(r.rest) == 0 {
+		if _, err := r.br.Peek(1); err != nil {
+			return nil, Header{}, err
+		}
+	}
+	r.started = true
+	defer func() { r.started = false }()
 	if r.segs != nil {
 		return r.nextFromSegments()
 	}

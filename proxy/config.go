@@ -52,6 +52,15 @@ type Config struct {
 	// MaxBufferedBytes bounds the bytes waiting to be written to one socket;
 	// past it the proxy stops reading the other side (back-pressure).
 	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
+	// MaxConnections bounds the client connections served at once; past it
+	// a new connection's first request is answered with an error and the
+	// connection closed. 0 means no bound.
+	MaxConnections int `yaml:"max_connections"`
+	// FrameTimeout bounds how long a client may take to send the rest of a
+	// frame it has begun: one that stalls halfway is disconnected, so that
+	// it cannot hold a connection's buffers forever. Idle connections,
+	// between frames, are not affected.
+	FrameTimeout Duration `yaml:"frame_timeout"`
 	// MaxPreparedStatements bounds the prepared statements the proxy
 	// remembers; past it the oldest are forgotten (and re-prepared by
 	// drivers when next executed).
@@ -234,6 +243,8 @@ func DefaultConfig() Config {
 		MaxFrameBytes:         16 << 20,
 		MaxBufferedBytes:      4 << 20,
 		MaxPreparedStatements: 100000,
+		MaxConnections:        10000,
+		FrameTimeout:          Duration(30 * time.Second),
 		DialTimeout:           Duration(5 * time.Second),
 		DrainTimeout:          Duration(30 * time.Second),
 		Admin:                 AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100},
@@ -407,6 +418,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
 		return fmt.Errorf("admin.hot_partitions: %d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions)
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("max_connections: %d must not be negative", c.MaxConnections)
+	}
+	if c.FrameTimeout <= 0 {
+		return fmt.Errorf("frame_timeout: %s must be positive", time.Duration(c.FrameTimeout))
 	}
 	if c.MaxPreparedStatements < 1 {
 		return fmt.Errorf("max_prepared_statements: %d must be positive", c.MaxPreparedStatements)

@@ -46,6 +46,7 @@ type Proxy struct {
 	// Tests stop it to make the limiter's decisions deterministic.
 	elapsed func() int64
 	next    atomic.Uint32
+	conns   atomic.Int64 // client connections being served
 	// hot tracks the busiest partitions for /hot; nil when turned off.
 	hot *ratelimit.TopK
 
@@ -203,6 +204,14 @@ func (p *Proxy) handle(client net.Conn) {
 	id := p.lastID
 	p.mu.Unlock()
 	log := p.log.With().Uint64("conn", id).Str("client", client.RemoteAddr().String()).Logger()
+	if n := p.conns.Add(1); p.cfg.MaxConnections > 0 && n > int64(p.cfg.MaxConnections) {
+		p.conns.Add(-1)
+		p.metrics.protocolErrors.WithLabelValues("too_many_connections").Inc()
+		log.Warn().Int("max_connections", p.cfg.MaxConnections).Msg("connection refused: too many client connections")
+		refuse(client, p.cfg.MaxFrameBytes, fmt.Sprintf("cqlguard: too many client connections (max_connections %d)", p.cfg.MaxConnections))
+		return
+	}
+	defer p.conns.Add(-1)
 
 	upstream, addr, err := p.dialUpstream()
 	if err != nil {
@@ -291,18 +300,46 @@ type session struct {
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
-	return &session{
+	guard := &stallGuard{Conn: client, timeout: time.Duration(p.cfg.FrameTimeout)}
+	s := &session{
 		p:                 p,
 		log:               log,
 		client:            client,
 		upstream:          u.conn,
-		fromClient:        frame.NewReader(bufio.NewReaderSize(client, 16<<10), p.cfg.MaxFrameBytes),
+		fromClient:        frame.NewReader(bufio.NewReaderSize(guard, 16<<10), p.cfg.MaxFrameBytes),
 		fromUpstream:      frame.NewReader(u.br, p.cfg.MaxFrameBytes),
 		toClient:          newWriter(client, p.cfg.MaxBufferedBytes),
 		toUpstream:        newWriter(u.conn, p.cfg.MaxBufferedBytes),
 		upstreamRateLimit: u.rateLimitError,
 		handshake:         make(chan bool, 1),
 	}
+	guard.frames = s.fromClient
+	return s
+}
+
+// stallGuard is a client connection as the request path reads it: once a
+// frame has begun to arrive, the rest must come within timeout, else the
+// read fails and the connection ends. Waiting for the next frame is not
+// bounded: drivers keep idle connections open.
+type stallGuard struct {
+	net.Conn
+	frames  *frame.Reader // reads through the guard
+	timeout time.Duration
+	armed   bool // a read deadline is set
+}
+
+func (g *stallGuard) Read(b []byte) (int, error) {
+	// The deadline is set when a frame starts, not pushed back on each
+	// read: a client trickling a byte at a time gets no longer.
+	switch started := g.frames.Started(); {
+	case started && !g.armed:
+		g.Conn.SetReadDeadline(time.Now().Add(g.timeout))
+		g.armed = true
+	case !started && g.armed:
+		g.Conn.SetReadDeadline(time.Time{})
+		g.armed = false
+	}
+	return g.Conn.Read(b)
 }
 
 // run serves the session until either side closes.
@@ -381,6 +418,13 @@ func (s *session) serveRequests() error {
 				s.log.Info().Uint8("version", version.Version).Msg("unsupported protocol version")
 				s.refuseVersion(version)
 				return err
+			}
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				// Half a frame and then nothing: there is no stream to
+				// answer on, so the connection ends.
+				m.protocolErrors.WithLabelValues("client_stalled").Inc()
+				return fmt.Errorf("client sent part of a frame and nothing more for %s (frame_timeout): %w",
+					time.Duration(s.p.cfg.FrameTimeout), err)
 			}
 			if !errors.Is(err, io.EOF) {
 				m.protocolErrors.WithLabelValues("bad_request_frame").Inc()

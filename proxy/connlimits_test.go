@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+// A client that sends half a frame and stalls is disconnected after
+// frame_timeout; one that idles between frames for longer is not.
+func TestFrameTimeout(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19048", fakenode.Options{})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.5:19048", []string{"127.0.0.3:19048"}
+		c.FrameTimeout = Duration(300 * time.Millisecond)
+	})
+	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 7, Opcode: frame.OpOptions})
+
+	idle := rawConn(t, "127.0.0.5:19048")
+	stalled := rawConn(t, "127.0.0.5:19048")
+	start := time.Now()
+	stalled.Write(options[:5])
+	time.Sleep(600 * time.Millisecond)
+	b, err := io.ReadAll(stalled)
+	if err != nil || len(b) != 0 {
+		t.Errorf("stalled client: read % x, %v; want the connection closed", b, err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("stalled client disconnected after %v", took)
+	}
+
+	idle.Write(options)
+	_, h, err := frame.NewReader(bufio.NewReader(idle), 1<<20).Next()
+	if err != nil || h.Opcode != frame.OpSupported || h.Stream != 7 {
+		t.Errorf("idle client's OPTIONS after %v: %v %v", time.Since(start), h, err)
+	}
+}
+
+// Past max_connections a new connection's first request is answered with an
+// error naming the setting, and the connection closed; once a connection
+// ends, a new one is served.
+func TestMaxConnections(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19049", fakenode.Options{})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.5:19049", []string{"127.0.0.3:19049"}
+		c.MaxConnections = 1
+	})
+	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 1, Opcode: frame.OpOptions})
+	ask := func(c net.Conn) (frame.Header, []byte) {
+		t.Helper()
+		c.Write(options)
+		f, h, err := frame.NewReader(bufio.NewReader(c), 1<<20).Next()
+		if err != nil {
+			t.Fatalf("OPTIONS: %v", err)
+		}
+		return h, f[frame.HeaderSize:]
+	}
+	first := rawConn(t, "127.0.0.5:19049")
+	if h, _ := ask(first); h.Opcode != frame.OpSupported {
+		t.Fatalf("first connection: %v", h)
+	}
+	second := rawConn(t, "127.0.0.5:19049")
+	h, body := ask(second)
+	if code, msg := errorOf(t, h, body); code != frame.ErrCodeServer || !strings.Contains(msg, "max_connections 1") {
+		t.Errorf("second connection: %#x %q", code, msg)
+	}
+	first.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		third := rawConn(t, "127.0.0.5:19049")
+		if h, _ := ask(third); h.Opcode == frame.OpSupported {
+			break
+		}
+		third.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("no connection served after the first closed")
+		}
+	}
+}
