@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/datastax/go-cassandra-native-protocol/message"
+
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -81,4 +83,34 @@ func TestMaxConnections(t *testing.T) {
 			t.Fatal("no connection served after the first closed")
 		}
 	}
+}
+
+// When the upstream connection dies with requests in flight, each of them is
+// answered with a server error on its own stream, then the connection closes.
+func TestUpstreamLostAnswersInFlight(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19050", fakenode.Options{ResetQuery: "boom"})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.5:19050", []string{"127.0.0.3:19050"}
+	})
+	c := dialRaw(t, "127.0.0.5:19050", 4)
+	c.startup(nil)
+	c.send(1, &message.Query{Query: "SELECT boom FROM ks.kv", Options: &message.QueryOptions{}})
+	c.send(2, &message.Query{Query: "SELECT v FROM ks.kv", Options: &message.QueryOptions{}})
+	answered := map[int16]bool{}
+	for {
+		f, h, err := c.r.Next()
+		if err != nil {
+			break
+		}
+		if code, msg := errorOf(t, h, f[frame.HeaderSize:]); code != frame.ErrCodeServer || !strings.Contains(msg, "may or may not have been applied") {
+			t.Errorf("stream %d: %#x %q", h.Stream, code, msg)
+		}
+		answered[h.Stream] = true
+	}
+	// Stream 2 reaches the proxy right behind stream 1, so it is in flight
+	// too unless the upstream died before the proxy forwarded it.
+	if !answered[1] {
+		t.Errorf("streams answered: %v; want 1 (and 2) with a server error", answered)
+	}
+	t.Logf("answered with a server error: %v", answered)
 }

@@ -297,6 +297,7 @@ type session struct {
 	reqScratch  []byte             // answers written by the request path
 	respScratch []byte             // answers written by the response path
 	closing     sync.Once
+	clientGone  atomic.Bool // the request path ended on the client's side
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
@@ -349,6 +350,11 @@ func (s *session) run() {
 		defer close(done)
 		err := s.serveResponses()
 		s.logEnd("upstream", err)
+		if !s.clientGone.Load() {
+			// The upstream failed, not the client: every request it took
+			// and did not answer gets an error rather than silence.
+			s.failInFlight(err)
+		}
 		// Deliver the answers already queued before closing, but do not
 		// wait long on a client that does not read.
 		s.client.SetWriteDeadline(time.Now().Add(flushTimeout))
@@ -357,6 +363,15 @@ func (s *session) run() {
 	}()
 	err := s.serveRequests()
 	s.logEnd("client", err)
+	if errors.Is(err, errForward) {
+		// The upstream failed under the request path: the response path
+		// answers what is in flight, then closes both sides.
+		s.upstream.Close()
+		<-done
+		s.toUpstream.Close()
+		return
+	}
+	s.clientGone.Store(true)
 	// An answer to the last frame (a version the proxy does not speak) must
 	// reach the client before the connection closes.
 	s.client.SetWriteDeadline(time.Now().Add(flushTimeout))
@@ -365,6 +380,10 @@ func (s *session) run() {
 	s.toUpstream.Close()
 	<-done
 }
+
+// errForward wraps the request path's errors that come from the upstream
+// side, after which the client is still there to be answered.
+var errForward = errors.New("forwarding")
 
 // flushTimeout bounds writing what is queued for a closing connection.
 const flushTimeout = 5 * time.Second
@@ -383,6 +402,33 @@ func (s *session) close() {
 		s.client.Close()
 		s.upstream.Close()
 	})
+}
+
+// failInFlight answers every request still in flight with a server error
+// naming err, after the upstream connection ended: the requests may or may
+// not have been applied, which a driver's retry policy must know. It is
+// called once the response path has stopped.
+func (s *session) failInFlight(err error) {
+	type stream struct {
+		id      int16
+		version uint8
+	}
+	var lost []stream
+	s.mu.Lock()
+	s.streams.each(func(id int16, r request) { lost = append(lost, stream{id, r.version}) })
+	for _, l := range lost {
+		s.streams.end(l.id)
+	}
+	s.mu.Unlock()
+	if len(lost) == 0 {
+		return
+	}
+	s.p.metrics.protocolErrors.WithLabelValues("upstream_lost").Add(float64(len(lost)))
+	s.log.Warn().Int("requests", len(lost)).Err(err).Msg("upstream connection lost with requests in flight; answering them with a server error")
+	msg := "cqlguard: the connection to the upstream node was lost before it answered; the request may or may not have been applied"
+	for _, l := range lost {
+		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
+	}
 }
 
 // drain closes the session as soon as no request is in flight.
@@ -440,7 +486,7 @@ func (s *session) serveRequests() error {
 
 		// Classify: what the proxy must do with the response, and which
 		// tables, operation and partitions the request touches.
-		req := request{start: s.now()}
+		req := request{start: s.now(), version: h.Version}
 		var class *Classification
 		switch h.Opcode {
 		case frame.OpStartup:
@@ -485,7 +531,7 @@ func (s *session) serveRequests() error {
 		s.streams.begin(h.Stream, req)
 		s.mu.Unlock()
 		if err := s.toUpstream.Write(f); err != nil {
-			return fmt.Errorf("forwarding %s: %w", h.Opcode, err)
+			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}
 		if h.Opcode == frame.OpStartup && h.Version >= 5 {
 			// v5 framing starts once the upstream has answered STARTUP, and

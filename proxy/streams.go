@@ -20,6 +20,9 @@ type request struct {
 	table reply // for replyPrepared: which topology table was prepared
 	used  bool
 	ddl   bool // may change the schema: reload it once answered
+	// version is the request's protocol version, for an answer the proxy
+	// writes itself when the upstream cannot.
+	version uint8
 	// prepared is what is known of an EXECUTE's statement.
 	prepared *preparedStatement
 }

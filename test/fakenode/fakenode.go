@@ -40,6 +40,9 @@ type Options struct {
 	// SlowQuery makes queries containing it wait SlowFor before answering.
 	SlowQuery string
 	SlowFor   time.Duration
+	// ResetQuery makes a query containing it close the connection, as a
+	// node that dies would, with the query and what follows unanswered.
+	ResetQuery string
 }
 
 // Node is a running fake node.
@@ -228,6 +231,11 @@ func (c *conn) serve() {
 			c.writeLocked(pframe.NewFrame(v, h.Stream, &message.Ready{}))
 		case frame.OpQuery:
 			q, _ := frame.QueryString(body)
+			if reset := c.node.opts.ResetQuery; reset != "" && bytes.Contains(q, []byte(reset)) {
+				c.bw.Flush()
+				c.wmu.Unlock()
+				return
+			}
 			if slow := c.node.opts.SlowQuery; slow != "" && bytes.Contains(q, []byte(slow)) {
 				time.Sleep(c.node.opts.SlowFor)
 			}
