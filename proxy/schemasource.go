@@ -41,7 +41,14 @@ func (u *upstreamSchema) Load(ctx context.Context) (*schema.Snapshot, error) {
 		}
 		u.session = s
 	}
-	return schema.NewLoader(u.session).Load(ctx)
+	snap, err := schema.NewLoader(u.session).Load(ctx)
+	if err != nil {
+		// A session whose nodes all went away, as when the upstream
+		// restarts, may never find them again: dial afresh next time.
+		u.session.Close()
+		u.session = nil
+	}
+	return snap, err
 }
 
 func (u *upstreamSchema) close() {
