@@ -17,15 +17,15 @@ import (
 // A client that sends half a frame and stalls is disconnected after
 // frame_timeout; one that idles between frames for longer is not.
 func TestFrameTimeout(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19048", fakenode.Options{})
+	fakeNode(t, "127.0.0.3:19052", fakenode.Options{})
 	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19048", []string{"127.0.0.3:19048"}
+		c.Listen, c.Upstreams = "127.0.0.5:19052", []string{"127.0.0.3:19052"}
 		c.FrameTimeout = Duration(300 * time.Millisecond)
 	})
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 7, Opcode: frame.OpOptions})
 
-	idle := rawConn(t, "127.0.0.5:19048")
-	stalled := rawConn(t, "127.0.0.5:19048")
+	idle := rawConn(t, "127.0.0.5:19052")
+	stalled := rawConn(t, "127.0.0.5:19052")
 	start := time.Now()
 	stalled.Write(options[:5])
 	time.Sleep(600 * time.Millisecond)
