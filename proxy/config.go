@@ -52,6 +52,11 @@ type Config struct {
 	// MaxBufferedBytes bounds the bytes waiting to be written to one socket;
 	// past it the proxy stops reading the other side (back-pressure).
 	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
+	// MaxInFlightPerConnection bounds the requests of one client connection
+	// waiting for the upstream's answer; at the bound the proxy stops reading
+	// from that client until one is answered (back-pressure). 0 means no
+	// bound.
+	MaxInFlightPerConnection int `yaml:"max_in_flight_per_connection"`
 	// MaxConnections bounds the client connections served at once; past it
 	// a new connection's first request is answered with an error and the
 	// connection closed. 0 means no bound.
@@ -237,18 +242,19 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // DefaultConfig returns the configuration used where a file says nothing.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                "127.0.0.1:9042",
-		Mode:                  ModeCluster,
-		Upstreams:             []string{"127.0.0.2:9042"},
-		MaxFrameBytes:         16 << 20,
-		MaxBufferedBytes:      4 << 20,
-		MaxPreparedStatements: 100000,
-		MaxConnections:        10000,
-		FrameTimeout:          Duration(30 * time.Second),
-		DialTimeout:           Duration(5 * time.Second),
-		DrainTimeout:          Duration(30 * time.Second),
-		Admin:                 AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100},
-		Log:                   LogConfig{Level: "info", Format: "json"},
+		Listen:                   "127.0.0.1:9042",
+		Mode:                     ModeCluster,
+		Upstreams:                []string{"127.0.0.2:9042"},
+		MaxFrameBytes:            16 << 20,
+		MaxBufferedBytes:         4 << 20,
+		MaxPreparedStatements:    100000,
+		MaxConnections:           10000,
+		MaxInFlightPerConnection: 2048,
+		FrameTimeout:             Duration(30 * time.Second),
+		DialTimeout:              Duration(5 * time.Second),
+		DrainTimeout:             Duration(30 * time.Second),
+		Admin:                    AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100},
+		Log:                      LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{
 			Algorithm:     ratelimit.AlgorithmScylla,
 			Memory:        ratelimit.DefaultMemoryBytes,
@@ -418,6 +424,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
 		return fmt.Errorf("admin.hot_partitions: %d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions)
+	}
+	if c.MaxInFlightPerConnection < 0 {
+		return fmt.Errorf("max_in_flight_per_connection: %d must not be negative", c.MaxInFlightPerConnection)
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("max_connections: %d must not be negative", c.MaxConnections)

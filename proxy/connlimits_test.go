@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
@@ -113,4 +115,31 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 		t.Errorf("streams answered: %v; want 1 (and 2) with a server error", answered)
 	}
 	t.Logf("answered with a server error: %v", answered)
+}
+
+// With max_in_flight_per_connection requests waiting for the upstream, the
+// proxy reads nothing more from that client until one is answered; every
+// request is still answered.
+func TestMaxInFlightPerConnection(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19053", fakenode.Options{SlowQuery: "slow", SlowFor: 50 * time.Millisecond})
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.5:19053", []string{"127.0.0.3:19053"}
+		c.MaxInFlightPerConnection = 2
+	})
+	c := dialRaw(t, "127.0.0.5:19053", 4)
+	c.startup(nil)
+	for i := range 6 {
+		c.send(int16(10+i), &message.Query{Query: "SELECT v FROM ks.slow", Options: &message.QueryOptions{}})
+	}
+	seen := map[int16]bool{}
+	for range 6 {
+		f := c.recv()
+		if f.Header.OpCode != primitive.OpCodeResult || seen[f.Header.StreamId] {
+			t.Fatalf("stream %d answered with %v (seen before: %v)", f.Header.StreamId, f.Body.Message, seen[f.Header.StreamId])
+		}
+		seen[f.Header.StreamId] = true
+	}
+	if waits := testutil.ToFloat64(p.metrics.inFlightWaits); waits < 1 {
+		t.Errorf("the request path never waited: %v", waits)
+	}
 }

@@ -28,6 +28,7 @@ type Metrics struct {
 	upstreamLatency prometheus.Histogram
 	protocolErrors  *prometheus.CounterVec
 	filteredEvents  prometheus.Counter
+	inFlightWaits   prometheus.Counter
 	// rejections are by keyspace, table, op and outcome ("rejected" or
 	// "dry_run"); resolved per rejection, which is off the forwarding path.
 	rejections *prometheus.CounterVec
@@ -51,6 +52,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cqlguard_protocol_errors_total", Help: "Malformed or refused frames, by reason."}, []string{"reason"}),
 		filteredEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cqlguard_events_filtered_total", Help: "Topology and status events withheld from drivers."}),
+		inFlightWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_client_in_flight_waits_total",
+			Help: "Times a client connection had max_in_flight_per_connection requests in flight and the proxy stopped reading from it until one was answered."}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_rate_limit_rejections_total",
 			Help: "Requests over a partition's limit, by keyspace, table, op and outcome (rejected, or dry_run: counted but forwarded)."},
@@ -73,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
-		m.protocolErrors, m.filteredEvents, m.rejections, frames, bytes)
+		m.protocolErrors, m.filteredEvents, m.inFlightWaits, m.rejections, frames, bytes)
 	return m
 }
 

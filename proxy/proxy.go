@@ -286,9 +286,13 @@ type session struct {
 	awaitingV5        atomic.Bool       // a v5 STARTUP waits for its answer
 	reqCompression    frame.Compression // the request path's own copy of compression
 
-	mu             sync.Mutex // guards what both paths use
-	streams        streams
-	draining       bool
+	mu       sync.Mutex // guards what both paths use
+	streams  streams
+	draining bool
+	// room is signalled when a request is answered while the request path
+	// waits for one (full), or when the session closes (halted).
+	room           sync.Cond
+	full, halted   bool
 	compression    frame.Compression // negotiated in STARTUP
 	rateLimitOptIn bool              // the driver asked for the rate-limit error
 
@@ -315,6 +319,7 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 		handshake:         make(chan bool, 1),
 	}
 	guard.frames = s.fromClient
+	s.room.L = &s.mu
 	return s
 }
 
@@ -399,6 +404,10 @@ func (s *session) logEnd(side string, err error) {
 // close closes both sockets, ending both loops.
 func (s *session) close() {
 	s.closing.Do(func() {
+		s.mu.Lock()
+		s.halted = true
+		s.room.Broadcast()
+		s.mu.Unlock()
 		s.client.Close()
 		s.upstream.Close()
 	})
@@ -419,6 +428,7 @@ func (s *session) failInFlight(err error) {
 	for _, l := range lost {
 		s.streams.end(l.id)
 	}
+	s.wakeRequests()
 	s.mu.Unlock()
 	if len(lost) == 0 {
 		return
@@ -428,6 +438,15 @@ func (s *session) failInFlight(err error) {
 	msg := "cqlguard: the connection to the upstream node was lost before it answered; the request may or may not have been applied"
 	for _, l := range lost {
 		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
+	}
+}
+
+// wakeRequests lets the request path read again if it stopped at
+// max_in_flight_per_connection. s.mu is held.
+func (s *session) wakeRequests() {
+	if s.full {
+		s.full = false
+		s.room.Signal()
 	}
 }
 
@@ -533,6 +552,19 @@ func (s *session) serveRequests() error {
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}
+		// Back-pressure: with as many requests in flight as allowed, read
+		// nothing more from this client until one is answered.
+		if max := s.p.cfg.MaxInFlightPerConnection; max > 0 {
+			s.mu.Lock()
+			if s.streams.inflight >= max && !s.halted {
+				m.inFlightWaits.Inc()
+				for s.streams.inflight >= max && !s.halted {
+					s.full = true
+					s.room.Wait()
+				}
+			}
+			s.mu.Unlock()
+		}
 		if h.Opcode == frame.OpStartup && h.Version >= 5 {
 			// v5 framing starts once the upstream has answered STARTUP, and
 			// the client's next bytes may already be segments: wait.
@@ -567,6 +599,7 @@ func (s *session) serveResponses() error {
 			s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
 			s.mu.Lock()
 			s.streams.end(h.Stream)
+			s.wakeRequests()
 			s.mu.Unlock()
 			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
 			continue
@@ -577,6 +610,7 @@ func (s *session) serveResponses() error {
 		req, ok := s.streams.end(h.Stream)
 		idle := s.draining && s.streams.inflight == 0
 		comp := s.compression
+		s.wakeRequests()
 		s.mu.Unlock()
 		if ok {
 			m.upstreamLatency.Observe(float64(s.now()-req.start) / 1e9)
