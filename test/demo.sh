@@ -12,10 +12,24 @@ if [ "${CQLGUARD_KEEP_CASSANDRA:-}" != 1 ]; then
   trap 'bash test/cassandra/cassandra.sh stop' EXIT
 fi
 
-echo "== building and starting cqlguard on 127.0.0.1:9042"
+echo "== building and starting cqlguard on 127.0.0.1:9042, cqlguard_demo.kv limited to 100 reads and 100 writes a second per partition"
 go build -o bin/cqlguard ./cmd/cqlguard
 log=$(mktemp -t cqlguard-demo.XXXXXX.log)
-bin/cqlguard -listen 127.0.0.1:9042 -upstream 127.0.0.2:9042 -admin 127.0.0.1:9180 -log-format console >"$log" 2>&1 &
+config=$(mktemp -t cqlguard-demo.XXXXXX.yaml)
+cat >"$config" <<'YAML'
+listen: 127.0.0.1:9042
+upstreams: [127.0.0.2:9042]
+admin: {listen: 127.0.0.1:9180}
+log: {format: console}
+# The proxy reads partition keys from the schema as this user.
+schema: {username: cassandra, password_env: CQLGUARD_DEMO_PASSWORD}
+limits:
+  keyspaces:
+    cqlguard_demo:
+      tables:
+        kv: {max_reads_per_second: 100, max_writes_per_second: 100}
+YAML
+CQLGUARD_DEMO_PASSWORD=cassandra bin/cqlguard -config "$config" >"$log" 2>&1 &
 proxy=$!
 trap 'kill -TERM $proxy 2>/dev/null; wait $proxy 2>/dev/null || true; [ "${CQLGUARD_KEEP_CASSANDRA:-}" = 1 ] || bash test/cassandra/cassandra.sh stop' EXIT
 for _ in $(seq 50); do
@@ -25,4 +39,4 @@ done
 
 echo "== running the workload through cqlguard"
 go run ./test/demo -proxy 127.0.0.1:9042 -admin http://127.0.0.1:9180
-echo "== proxy log: $log"
+echo "== proxy log: $log, configuration: $config"

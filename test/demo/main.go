@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -115,21 +116,33 @@ func run(proxyAddr, admin string, seconds int) error {
 	return printProxyCounts(admin)
 }
 
-// printProxyCounts shows the proxy's own view from its metrics.
+// printProxyCounts shows the proxy's own view: its decisions, from its
+// metrics, and the hottest partitions, from /hot.
 func printProxyCounts(admin string) error {
 	resp, err := http.Get(admin + "/metrics")
 	if err != nil {
 		return fmt.Errorf("reading cqlguard metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	fmt.Println("cqlguard metrics:")
+	fmt.Println("cqlguard metrics (/metrics):")
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		// The non-zero series of the proxy's own metrics, histogram buckets aside.
-		if strings.HasPrefix(line, "cqlguard_") && !strings.Contains(line, "_bucket") && !strings.HasSuffix(line, " 0") {
+		// The limiter's series and the requests forwarded, non-zero.
+		if (strings.HasPrefix(line, "cqlguard_rate_limit") || strings.HasPrefix(line, "cqlguard_frames_total{direction=\"request\"")) &&
+			!strings.HasSuffix(line, " 0") {
 			fmt.Println("  " + line)
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	hot, err := http.Get(admin + "/hot?n=5")
+	if err != nil {
+		return fmt.Errorf("reading cqlguard /hot: %w", err)
+	}
+	defer hot.Body.Close()
+	fmt.Println("hottest partitions now (/hot?n=5):")
+	_, err = io.Copy(os.Stdout, hot.Body)
+	return err
 }
