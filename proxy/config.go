@@ -77,6 +77,8 @@ type Config struct {
 	// Schema configures how the proxy reads partition keys from the
 	// upstream's system_schema.
 	Schema SchemaConfig `yaml:"schema"`
+	// TLS configures TLS towards clients.
+	TLS TLSConfig `yaml:"tls"`
 	// Admin configures the HTTP listener for /metrics, /healthz and /readyz.
 	Admin AdminConfig `yaml:"admin"`
 	// Log configures logging.
@@ -424,6 +426,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
 		return fmt.Errorf("admin.hot_partitions: %d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions)
+	}
+	if err := c.TLS.validate(); err != nil {
+		return err
 	}
 	if c.MaxInFlightPerConnection < 0 {
 		return fmt.Errorf("max_in_flight_per_connection: %d must not be negative", c.MaxInFlightPerConnection)

@@ -47,6 +47,9 @@ func TestLoadConfig(t *testing.T) {
 		{name: "listen 0.0.0.0 with advertise", text: "listen: 0.0.0.0:9042\nadvertise: 10.0.0.5:9042\n"},
 		{name: "tiny frame limit", text: "max_frame_bytes: 10\n", wantErr: "max_frame_bytes"},
 		{name: "not yaml", text: "listen: [\n", wantErr: "cqlguard.yaml"},
+		{name: "tls cert without key", text: "tls: {cert_file: a.pem}\n", wantErr: "cert_file and key_file go together"},
+		{name: "tls client CA without cert", text: "tls: {client_ca_file: ca.pem}\n", wantErr: "client_ca_file needs cert_file"},
+		{name: "negative in-flight bound", text: "max_in_flight_per_connection: -1\n", wantErr: "max_in_flight_per_connection"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,6 +50,9 @@ type Proxy struct {
 	conns   atomic.Int64 // client connections being served
 	// hot tracks the busiest partitions for /hot; nil when turned off.
 	hot *ratelimit.TopK
+	// tls is the configuration of client connections accepted now; nil
+	// when TLS is off.
+	tls atomic.Pointer[tls.Config]
 
 	// limits are the per-partition limits now in effect and limiter the
 	// counters that enforce them; ReloadConfig swaps both. The request path
@@ -113,6 +117,9 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	if err := p.initLimits(reg); err != nil {
 		return nil, err
 	}
+	if err := p.loadTLS(cfg.TLS); err != nil {
+		return nil, err
+	}
 	if p.schema == nil {
 		s, stop, err := startSchema(context.Background(), cfg, log)
 		if err != nil {
@@ -156,7 +163,16 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			return fmt.Errorf("accepting on %s: %w", ln.Addr(), err)
 		}
 		backoff = 0
+		// Counted under the lock that Shutdown sets draining with, so that
+		// Shutdown's wait never runs while a connection is being counted.
+		p.mu.Lock()
+		if p.draining {
+			p.mu.Unlock()
+			c.Close()
+			return nil
+		}
 		p.active.Add(1)
+		p.mu.Unlock()
 		go p.handle(c)
 	}
 }
@@ -204,6 +220,14 @@ func (p *Proxy) handle(client net.Conn) {
 	id := p.lastID
 	p.mu.Unlock()
 	log := p.log.With().Uint64("conn", id).Str("client", client.RemoteAddr().String()).Logger()
+	secured, err := p.acceptTLS(client, time.Duration(p.cfg.FrameTimeout))
+	if err != nil {
+		client.Close()
+		p.metrics.protocolErrors.WithLabelValues("tls_handshake").Inc()
+		log.Info().Err(err).Msg("connection refused")
+		return
+	}
+	client = secured
 	if n := p.conns.Add(1); p.cfg.MaxConnections > 0 && n > int64(p.cfg.MaxConnections) {
 		p.conns.Add(-1)
 		p.metrics.protocolErrors.WithLabelValues("too_many_connections").Inc()

@@ -101,6 +101,11 @@ func (p *Proxy) reloadConfig(path string, data []byte, readErr error, onlyNew bo
 	if err == nil {
 		err = p.applyLimits(cfg.Limits)
 	}
+	if err == nil {
+		// Certificates are read again even when their paths did not
+		// change: a reload is how a renewed certificate takes effect.
+		err = p.loadTLS(cfg.TLS)
+	}
 	if err != nil {
 		r.failure.Inc()
 		p.log.Error().Err(err).Str("config", path).Msg("configuration not reloaded; the previous one stays in effect")
@@ -154,6 +159,7 @@ func (p *Proxy) limiterConfig(l *limits) ratelimit.Config {
 // reloads apply.
 func restartOnlyChanges(a, b Config) []string {
 	a.Limits, b.Limits = LimitsConfig{}, LimitsConfig{}
+	a.TLS, b.TLS = TLSConfig{}, TLSConfig{}
 	return changedKeys("", reflect.ValueOf(a), reflect.ValueOf(b), nil)
 }
 

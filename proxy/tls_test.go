@@ -1,0 +1,152 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+// testCA issues certificates for the TLS tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cqlguard test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns a PEM certificate and key for name, for a server or a
+// client.
+func (ca *testCA) issue(t *testing.T, name string, serial int64) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.5")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Clients reach the proxy over TLS with a certificate signed by the client
+// CA, are refused without one, and a reload serves a renewed certificate
+// to new connections.
+func TestClientTLS(t *testing.T) {
+	fakeNode(t, "127.0.0.3:19054", fakenode.Options{})
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	cfgTLS := TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key"), ClientCAFile: filepath.Join(dir, "ca.pem")}
+	cert, key := ca.issue(t, "cqlguard one", 2)
+	writeFile(t, cfgTLS.CertFile, cert)
+	writeFile(t, cfgTLS.KeyFile, key)
+	writeFile(t, cfgTLS.ClientCAFile, ca.pem)
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.5:19054", []string{"127.0.0.3:19054"}
+		c.TLS = cfgTLS
+	})
+
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	ccert, ckey := ca.issue(t, "driver", 3)
+	clientCert, err := tls.X509KeyPair(ccert, ckey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// options dials with TLS, sends OPTIONS and returns the server's name.
+	options := func(certs []tls.Certificate) (string, error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", "127.0.0.5:19054",
+			&tls.Config{RootCAs: roots, Certificates: certs, ServerName: "127.0.0.5"})
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 1, Opcode: frame.OpOptions})); err != nil {
+			return "", err
+		}
+		_, h, err := frame.NewReader(bufio.NewReader(c), 1<<20).Next()
+		if err != nil {
+			return "", err
+		}
+		if h.Opcode != frame.OpSupported {
+			t.Errorf("OPTIONS over TLS answered with %s", h.Opcode)
+		}
+		return c.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
+	}
+	if name, err := options([]tls.Certificate{clientCert}); err != nil || name != "cqlguard one" {
+		t.Fatalf("with a client certificate: %q, %v", name, err)
+	}
+	if _, err := options(nil); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+
+	// Renew the certificate and reload.
+	cert, key = ca.issue(t, "cqlguard two", 4)
+	writeFile(t, cfgTLS.CertFile, cert)
+	writeFile(t, cfgTLS.KeyFile, key)
+	if err := p.loadTLS(cfgTLS); err != nil {
+		t.Fatal(err)
+	}
+	if name, err := options([]tls.Certificate{clientCert}); err != nil || name != "cqlguard two" {
+		t.Errorf("after the reload: %q, %v", name, err)
+	}
+	// A reload that cannot read the files keeps the certificate in use.
+	writeFile(t, cfgTLS.KeyFile, []byte("not a key"))
+	if err := p.loadTLS(cfgTLS); err == nil {
+		t.Error("a broken key file loaded")
+	}
+	if name, err := options([]tls.Certificate{clientCert}); err != nil || name != "cqlguard two" {
+		t.Errorf("after a failed reload: %q, %v", name, err)
+	}
+}
