@@ -19,15 +19,15 @@ import (
 // A client that sends half a frame and stalls is disconnected after
 // frame_timeout; one that idles between frames for longer is not.
 func TestFrameTimeout(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19052", fakenode.Options{})
+	fakeNode(t, "127.0.0.7:19072", fakenode.Options{})
 	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19052", []string{"127.0.0.3:19052"}
+		c.Listen, c.Upstreams = "127.0.0.8:19072", []string{"127.0.0.7:19072"}
 		c.FrameTimeout = Duration(300 * time.Millisecond)
 	})
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 7, Opcode: frame.OpOptions})
 
-	idle := rawConn(t, "127.0.0.5:19052")
-	stalled := rawConn(t, "127.0.0.5:19052")
+	idle := rawConn(t, "127.0.0.8:19072")
+	stalled := rawConn(t, "127.0.0.8:19072")
 	start := time.Now()
 	stalled.Write(options[:5])
 	time.Sleep(600 * time.Millisecond)
@@ -50,9 +50,9 @@ func TestFrameTimeout(t *testing.T) {
 // error naming the setting, and the connection closed; once a connection
 // ends, a new one is served.
 func TestMaxConnections(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19049", fakenode.Options{})
+	fakeNode(t, "127.0.0.7:19075", fakenode.Options{})
 	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19049", []string{"127.0.0.3:19049"}
+		c.Listen, c.Upstreams = "127.0.0.8:19075", []string{"127.0.0.7:19075"}
 		c.MaxConnections = 1
 	})
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 1, Opcode: frame.OpOptions})
@@ -65,18 +65,18 @@ func TestMaxConnections(t *testing.T) {
 		}
 		return h, f[frame.HeaderSize:]
 	}
-	first := rawConn(t, "127.0.0.5:19049")
+	first := rawConn(t, "127.0.0.8:19075")
 	if h, _ := ask(first); h.Opcode != frame.OpSupported {
 		t.Fatalf("first connection: %v", h)
 	}
-	second := rawConn(t, "127.0.0.5:19049")
+	second := rawConn(t, "127.0.0.8:19075")
 	h, body := ask(second)
 	if code, msg := errorOf(t, h, body); code != frame.ErrCodeServer || !strings.Contains(msg, "max_connections 1") {
 		t.Errorf("second connection: %#x %q", code, msg)
 	}
 	first.Close()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		third := rawConn(t, "127.0.0.5:19049")
+		third := rawConn(t, "127.0.0.8:19075")
 		if h, _ := ask(third); h.Opcode == frame.OpSupported {
 			break
 		}
@@ -90,11 +90,11 @@ func TestMaxConnections(t *testing.T) {
 // When the upstream connection dies with requests in flight, each of them is
 // answered with a server error on its own stream, then the connection closes.
 func TestUpstreamLostAnswersInFlight(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19050", fakenode.Options{ResetQuery: "boom"})
+	fakeNode(t, "127.0.0.7:19070", fakenode.Options{ResetQuery: "boom"})
 	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19050", []string{"127.0.0.3:19050"}
+		c.Listen, c.Upstreams = "127.0.0.8:19070", []string{"127.0.0.7:19070"}
 	})
-	c := dialRaw(t, "127.0.0.5:19050", 4)
+	c := dialRaw(t, "127.0.0.8:19070", 4)
 	c.startup(nil)
 	c.send(1, &message.Query{Query: "SELECT boom FROM ks.kv", Options: &message.QueryOptions{}})
 	c.send(2, &message.Query{Query: "SELECT v FROM ks.kv", Options: &message.QueryOptions{}})
@@ -121,12 +121,12 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 // proxy reads nothing more from that client until one is answered; every
 // request is still answered.
 func TestMaxInFlightPerConnection(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19053", fakenode.Options{SlowQuery: "slow", SlowFor: 50 * time.Millisecond})
+	fakeNode(t, "127.0.0.7:19073", fakenode.Options{SlowQuery: "slow", SlowFor: 50 * time.Millisecond})
 	p := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19053", []string{"127.0.0.3:19053"}
+		c.Listen, c.Upstreams = "127.0.0.8:19073", []string{"127.0.0.7:19073"}
 		c.MaxInFlightPerConnection = 2
 	})
-	c := dialRaw(t, "127.0.0.5:19053", 4)
+	c := dialRaw(t, "127.0.0.8:19073", 4)
 	c.startup(nil)
 	for i := range 6 {
 		c.send(int16(10+i), &message.Query{Query: "SELECT v FROM ks.slow", Options: &message.QueryOptions{}})

@@ -28,9 +28,9 @@ func TestSoak(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("CQLGUARD_SOAK")); err == nil {
 		duration = d
 	}
-	fakeNode(t, "127.0.0.3:19051", fakenode.Options{})
+	fakeNode(t, "127.0.0.7:19071", fakenode.Options{})
 	p := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19051", []string{"127.0.0.3:19051"}
+		c.Listen, c.Upstreams = "127.0.0.8:19071", []string{"127.0.0.7:19071"}
 	})
 	goroutines, fds := runtime.NumGoroutine(), openFiles(t)
 

@@ -57,7 +57,7 @@ func (ca *testCA) issue(t *testing.T, name string, serial int64) (certPEM, keyPE
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.5")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.8")},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 	}
@@ -83,7 +83,7 @@ func writeFile(t *testing.T, path string, b []byte) {
 // CA, are refused without one, and a reload serves a renewed certificate
 // to new connections.
 func TestClientTLS(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19054", fakenode.Options{})
+	fakeNode(t, "127.0.0.7:19074", fakenode.Options{})
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	cfgTLS := TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key"), ClientCAFile: filepath.Join(dir, "ca.pem")}
@@ -92,7 +92,7 @@ func TestClientTLS(t *testing.T) {
 	writeFile(t, cfgTLS.KeyFile, key)
 	writeFile(t, cfgTLS.ClientCAFile, ca.pem)
 	p := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19054", []string{"127.0.0.3:19054"}
+		c.Listen, c.Upstreams = "127.0.0.8:19074", []string{"127.0.0.7:19074"}
 		c.TLS = cfgTLS
 	})
 
@@ -105,8 +105,8 @@ func TestClientTLS(t *testing.T) {
 	}
 	// options dials with TLS, sends OPTIONS and returns the server's name.
 	options := func(certs []tls.Certificate) (string, error) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", "127.0.0.5:19054",
-			&tls.Config{RootCAs: roots, Certificates: certs, ServerName: "127.0.0.5"})
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", "127.0.0.8:19074",
+			&tls.Config{RootCAs: roots, Certificates: certs, ServerName: "127.0.0.8"})
 		if err != nil {
 			return "", err
 		}
