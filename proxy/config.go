@@ -79,6 +79,8 @@ type Config struct {
 	Schema SchemaConfig `yaml:"schema"`
 	// TLS configures TLS towards clients.
 	TLS TLSConfig `yaml:"tls"`
+	// UpstreamTLS configures TLS towards the upstream nodes.
+	UpstreamTLS UpstreamTLSConfig `yaml:"upstream_tls"`
 	// Admin configures the HTTP listener for /metrics, /healthz and /readyz.
 	Admin AdminConfig `yaml:"admin"`
 	// Log configures logging.
@@ -428,6 +430,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("admin.hot_partitions: %d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions)
 	}
 	if err := c.TLS.validate(); err != nil {
+		return err
+	}
+	if err := c.UpstreamTLS.validate(); err != nil {
 		return err
 	}
 	if c.MaxInFlightPerConnection < 0 {

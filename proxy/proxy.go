@@ -53,6 +53,9 @@ type Proxy struct {
 	// tls is the configuration of client connections accepted now; nil
 	// when TLS is off.
 	tls atomic.Pointer[tls.Config]
+	// upstreamTLS is the configuration of upstream connections opened now;
+	// nil when TLS towards the upstream is off.
+	upstreamTLS atomic.Pointer[tls.Config]
 
 	// limits are the per-partition limits now in effect and limiter the
 	// counters that enforce them; ReloadConfig swaps both. The request path
@@ -120,8 +123,11 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	if err := p.loadTLS(cfg.TLS); err != nil {
 		return nil, err
 	}
+	if err := p.loadUpstreamTLS(cfg.UpstreamTLS); err != nil {
+		return nil, err
+	}
 	if p.schema == nil {
-		s, stop, err := startSchema(context.Background(), cfg, log)
+		s, stop, err := startSchema(context.Background(), cfg, p.upstreamTLS.Load(), log)
 		if err != nil {
 			return nil, err
 		}
@@ -267,7 +273,7 @@ func (p *Proxy) dialUpstream() (*upstreamConn, string, error) {
 	var errs []error
 	for i := range n {
 		addr := p.cfg.Upstreams[(start+i)%n]
-		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout))
+		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout), forUpstream(p.upstreamTLS.Load(), addr))
 		if err == nil {
 			return u, addr, nil
 		}

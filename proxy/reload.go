@@ -106,6 +106,9 @@ func (p *Proxy) reloadConfig(path string, data []byte, readErr error, onlyNew bo
 		// change: a reload is how a renewed certificate takes effect.
 		err = p.loadTLS(cfg.TLS)
 	}
+	if err == nil {
+		err = p.loadUpstreamTLS(cfg.UpstreamTLS)
+	}
 	if err != nil {
 		r.failure.Inc()
 		p.log.Error().Err(err).Str("config", path).Msg("configuration not reloaded; the previous one stays in effect")
@@ -160,6 +163,7 @@ func (p *Proxy) limiterConfig(l *limits) ratelimit.Config {
 func restartOnlyChanges(a, b Config) []string {
 	a.Limits, b.Limits = LimitsConfig{}, LimitsConfig{}
 	a.TLS, b.TLS = TLSConfig{}, TLSConfig{}
+	a.UpstreamTLS, b.UpstreamTLS = UpstreamTLSConfig{}, UpstreamTLSConfig{}
 	return changedKeys("", reflect.ValueOf(a), reflect.ValueOf(b), nil)
 }
 

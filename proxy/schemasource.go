@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"strings"
@@ -61,7 +62,7 @@ func (u *upstreamSchema) close() {
 
 // startSchema starts loading the schema from cfg's upstreams until ctx
 // ends.
-func startSchema(ctx context.Context, cfg Config, log zerolog.Logger) (*schema.Schema, func(), error) {
+func startSchema(ctx context.Context, cfg Config, tlsConf *tls.Config, log zerolog.Logger) (*schema.Schema, func(), error) {
 	password, err := cfg.Schema.password()
 	if err != nil {
 		return nil, nil, err
@@ -71,6 +72,7 @@ func startSchema(ctx context.Context, cfg Config, log zerolog.Logger) (*schema.S
 		Username:  cfg.Schema.Username,
 		Password:  password,
 		Timeout:   time.Duration(cfg.DialTimeout),
+		TLS:       tlsConf,
 		Log:       log,
 	}}
 	s := schema.New(src, log.With().Str("component", "schema").Logger(), time.Duration(cfg.Schema.Refresh))

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func (ca *testCA) issue(t *testing.T, name string, serial int64) (certPEM, keyPE
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.8")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.7"), net.ParseIP("127.0.0.8")},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 	}
@@ -148,5 +149,46 @@ func TestClientTLS(t *testing.T) {
 	}
 	if name, err := options([]tls.Certificate{clientCert}); err != nil || name != "cqlguard two" {
 		t.Errorf("after a failed reload: %q, %v", name, err)
+	}
+}
+
+// The proxy dials TLS upstreams, verifying their certificates against the
+// configured CA: with the CA, clients are served; without it (the
+// system's roots), the upstream is refused and the client told why.
+func TestUpstreamTLS(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	cert, key := ca.issue(t, "node", 5)
+	nodeCert, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeNode(t, "127.0.0.7:19076", fakenode.Options{TLS: &tls.Config{Certificates: []tls.Certificate{nodeCert}}})
+	caFile := filepath.Join(dir, "ca.pem")
+	writeFile(t, caFile, ca.pem)
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.8:19076", []string{"127.0.0.7:19076"}
+		c.UpstreamTLS = UpstreamTLSConfig{Enabled: true, CAFile: caFile}
+	})
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.8:19077", []string{"127.0.0.7:19076"}
+		c.UpstreamTLS = UpstreamTLSConfig{Enabled: true}
+	})
+	ask := func(addr string) (frame.Header, []byte) {
+		t.Helper()
+		c := rawConn(t, addr)
+		c.Write(frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 1, Opcode: frame.OpOptions}))
+		f, h, err := frame.NewReader(bufio.NewReader(c), 1<<20).Next()
+		if err != nil {
+			t.Fatalf("OPTIONS through %s: %v", addr, err)
+		}
+		return h, f[frame.HeaderSize:]
+	}
+	if h, _ := ask("127.0.0.8:19076"); h.Opcode != frame.OpSupported {
+		t.Errorf("through a proxy that trusts the node's CA: %s", h.Opcode)
+	}
+	h, body := ask("127.0.0.8:19077")
+	if code, msg := errorOf(t, h, body); code != frame.ErrCodeServer || !strings.Contains(msg, "certificate") {
+		t.Errorf("through a proxy that does not trust it: %#x %q", code, msg)
 	}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -28,13 +29,17 @@ type upstreamConn struct {
 // the proxy knows, before the driver's STARTUP, whether the node takes the
 // rate-limit opt-in. The OPTIONS exchange uses v4 framing, which every node
 // that speaks v4 or v5 accepts before STARTUP.
-func dialUpstream(addr string, timeout time.Duration) (*upstreamConn, error) {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config) (*upstreamConn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	var c net.Conn
+	var err error
+	if tlsConf != nil {
+		c, err = tls.DialWithDialer(d, "tcp", addr, tlsConf)
+	} else {
+		c, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
 	}
 	u := &upstreamConn{conn: c, br: bufio.NewReaderSize(c, 16<<10)}
 	c.SetDeadline(time.Now().Add(timeout))

@@ -8,6 +8,7 @@ package schema
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -586,6 +587,10 @@ type DialConfig struct {
 	Username, Password string
 	// Timeout bounds connecting and each query; zero means 10s.
 	Timeout time.Duration
+	// TLS, when set, is the configuration of TLS towards the nodes; the
+	// driver verifies each node's certificate against its host unless
+	// TLS.ServerName is set or TLS.InsecureSkipVerify.
+	TLS *tls.Config
 	// Log receives the driver's messages; the zero Logger discards them.
 	Log zerolog.Logger
 }
@@ -621,6 +626,11 @@ func Dial(ctx context.Context, cfg DialConfig) (*gocql.Session, error) {
 	c.Logger = gocqlzerolog.NewZerologLogger(cfg.Log)
 	if cfg.Username != "" {
 		c.Authenticator = gocql.PasswordAuthenticator{Username: cfg.Username, Password: cfg.Password}
+	}
+	if cfg.TLS != nil {
+		// With a Config whose InsecureSkipVerify is false, gocql verifies
+		// hosts whatever EnableHostVerification says.
+		c.SslOpts = &gocql.SslOptions{Config: cfg.TLS.Clone(), EnableHostVerification: !cfg.TLS.InsecureSkipVerify}
 	}
 
 	// gocql takes no context, so the session is made aside and abandoned,

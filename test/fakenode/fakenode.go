@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/md5"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,6 +44,8 @@ type Options struct {
 	// ResetQuery makes a query containing it close the connection, as a
 	// node that dies would, with the query and what follows unanswered.
 	ResetQuery string
+	// TLS, when set, makes the node accept TLS connections only.
+	TLS *tls.Config
 }
 
 // Node is a running fake node.
@@ -66,6 +69,9 @@ func Start(addr string, opts Options) (*Node, error) {
 	}
 	n := &Node{ln: ln, opts: opts, ip: ln.Addr().(*net.TCPAddr).IP.To4(),
 		conns: map[*conn]struct{}{}, prepared: map[string]string{}}
+	if opts.TLS != nil {
+		n.ln = tls.NewListener(ln, opts.TLS)
+	}
 	n.wg.Add(1)
 	go n.accept()
 	return n, nil
