@@ -529,6 +529,7 @@ func (s *session) serveRequests() error {
 		m.frame(dirRequest, h.Opcode, len(f))
 		if h.Response {
 			m.protocolErrors.WithLabelValues("response_from_client").Inc()
+			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request frame with the response bit set")
 			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "frame from client has the response bit set")
 			continue
 		}
@@ -541,6 +542,7 @@ func (s *session) serveRequests() error {
 		case frame.OpStartup:
 			if f, err = s.startup(f, h); err != nil {
 				m.protocolErrors.WithLabelValues("bad_startup").Inc()
+				s.log.Info().Err(err).Msg("STARTUP refused")
 				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
 				continue
 			}
