@@ -69,11 +69,15 @@ func (r *Reader) Segmented() bool { return r.segs != nil }
 // wrapping ErrCorrupt or segment errors after which the stream is unusable.
 func (r *Reader) Next() ([]byte, Header, error) {
 	// Waiting for a frame's first byte is waiting for the peer; after it,
-	// for the rest of the frame (Started).
+	// for the rest of the frame (Started). Frames left in the current
+	// segment need no wait.
+	var first byte
 	if len(r.rest) == 0 {
-		if _, err := r.br.Peek(1); err != nil {
+		b, err := r.br.Peek(1)
+		if err != nil {
 			return nil, Header{}, err
 		}
+		first = b[0]
 	}
 	r.started = true
 	defer func() { r.started = false }()
@@ -82,9 +86,7 @@ func (r *Reader) Next() ([]byte, Header, error) {
 	}
 	// The version byte comes first and decides the header's size: a v1 or
 	// v2 client sends 8 bytes and waits, so look at it before asking for 9.
-	if vb, err := r.br.Peek(1); err != nil {
-		return nil, Header{}, err
-	} else if v := vb[0] &^ responseBit; v < 3 || v > 5 {
+	if v := first &^ responseBit; v < 3 || v > 5 {
 		return nil, Header{}, &UnsupportedVersionError{Version: v}
 	}
 	hb, err := r.br.Peek(HeaderSize)

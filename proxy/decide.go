@@ -31,21 +31,23 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	if c == nil || !c.Pinned || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
 		return rejection{}, false
 	}
-	if hot := s.p.hot; hot != nil {
-		for _, p := range c.Partitions {
-			if p.Table != nil {
-				hot.ObserveAt(now, p.Token, labelOf(p.Table, c.Op), p.Key)
-			}
-		}
-	}
 	l, lim := s.p.limits.Load(), s.p.limiter.Load()
-	if l == nil || lim == nil || c.LWT && !l.limitLWT || c.Counter && !l.limitCounters {
+	limited := l != nil && lim != nil && (!c.LWT || l.limitLWT) && (!c.Counter || l.limitCounters)
+	hot := s.p.hot
+	if hot == nil && !limited {
 		return rejection{}, false
 	}
 	var refused rejection
 	rejected := false
 	for _, p := range c.Partitions {
 		if p.Table == nil {
+			continue
+		}
+		label := labelOf(p.Table, c.Op)
+		if hot != nil {
+			hot.ObserveAt(now, p.Token, label, p.Key)
+		}
+		if !limited {
 			continue
 		}
 		reads, writes := l.forTable(p.Table)
@@ -56,7 +58,7 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		if limit == 0 {
 			continue
 		}
-		if lim.AllowAt(now, p.Token, labelOf(p.Table, c.Op), limit) == ratelimit.Reject && !rejected {
+		if lim.AllowAt(now, p.Token, label, limit) == ratelimit.Reject && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
 	}

@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cqlguard_events_filtered_total", Help: "Topology and status events withheld from drivers."}),
 		inFlightWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cqlguard_client_in_flight_waits_total",
-			Help: "Times a client connection had max_in_flight_per_connection requests in flight and the proxy stopped reading from it until one was answered."}),
+			Help: "Times a client connection reached max_in_flight_per_connection requests in flight; the proxy reads nothing more from it until one is answered."}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_rate_limit_rejections_total",
 			Help: "Requests over a partition's limit, by keyspace, table, op and outcome (rejected, or dry_run: counted but forwarded)."},

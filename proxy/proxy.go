@@ -578,22 +578,22 @@ func (s *session) serveRequests() error {
 
 		// Forward. The stream is recorded first so that a fast response
 		// finds it.
+		max := s.p.cfg.MaxInFlightPerConnection
 		s.mu.Lock()
 		s.streams.begin(h.Stream, req)
+		full := max > 0 && s.streams.inflight >= max
 		s.mu.Unlock()
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}
 		// Back-pressure: with as many requests in flight as allowed, read
 		// nothing more from this client until one is answered.
-		if max := s.p.cfg.MaxInFlightPerConnection; max > 0 {
+		if full {
+			m.inFlightWaits.Inc()
 			s.mu.Lock()
-			if s.streams.inflight >= max && !s.halted {
-				m.inFlightWaits.Inc()
-				for s.streams.inflight >= max && !s.halted {
-					s.full = true
-					s.room.Wait()
-				}
+			for s.streams.inflight >= max && !s.halted {
+				s.full = true
+				s.room.Wait()
 			}
 			s.mu.Unlock()
 		}
