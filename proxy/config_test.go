@@ -53,21 +53,29 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := LoadConfig(writeConfig(t, tt.text))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.check != nil {
+			if c, ok := loadCase(t, tt.text, tt.wantErr); ok && tt.check != nil {
 				tt.check(t, c)
 			}
 		})
 	}
+}
+
+// loadCase loads text as a configuration file. With wantErr it checks that
+// loading fails with an error containing it; without, that loading works,
+// and it returns the configuration to check.
+func loadCase(t *testing.T, text, wantErr string) (Config, bool) {
+	t.Helper()
+	c, err := LoadConfig(writeConfig(t, text))
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want one containing %q", err, wantErr)
+		}
+		return Config{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, true
 }
 
 func TestLoadConfigMissingFile(t *testing.T) {

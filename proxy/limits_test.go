@@ -90,17 +90,7 @@ limits:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := LoadConfig(writeConfig(t, tt.text))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.check != nil {
+			if c, ok := loadCase(t, tt.text, tt.wantErr); ok && tt.check != nil {
 				tt.check(t, c.Limits)
 			}
 		})

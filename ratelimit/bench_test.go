@@ -54,13 +54,13 @@ func BenchmarkAllow(b *testing.B) {
 // makes two cores meeting on one shard's lock rarer.
 func BenchmarkAllowParallel(b *testing.B) {
 	for _, alg := range algorithms {
-		for _, mode := range []string{"hot", "distinct", "hot/shards=8x"} {
+		for _, mode := range []string{"hot", "distinct", "hot/shards=8x", "hot/own-limiter"} {
 			b.Run(alg+"/"+mode, func(b *testing.B) {
 				shards := 0
 				if mode == "hot/shards=8x" {
 					shards = 8 * runtime.GOMAXPROCS(0)
 				}
-				l, err := New(Config{Algorithm: alg, Shards: shards})
+				shared, err := New(Config{Algorithm: alg, Shards: shards})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -72,6 +72,18 @@ func BenchmarkAllowParallel(b *testing.B) {
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
 					base := g.Add(1) << 40
+					// "own-limiter" gives each goroutine a limiter of its
+					// own: what the shared one would do if no cache line
+					// moved between cores.
+					l := shared
+					if mode == "hot/own-limiter" {
+						own, err := New(Config{Algorithm: alg, MemoryBytes: 1 << 20})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						l = own
+					}
 					var i int64
 					for pb.Next() {
 						i++

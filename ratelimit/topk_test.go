@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -236,7 +237,7 @@ func TestTopKHeavyHitters(t *testing.T) {
 	for tok := range exact.sum {
 		truth = append(truth, tok)
 	}
-	slices.SortFunc(truth, func(a, b int64) int { return -cmpFloat(exact.rate(a, clk.ns), exact.rate(b, clk.ns)) })
+	slices.SortFunc(truth, func(a, b int64) int { return cmp.Compare(exact.rate(b, clk.ns), exact.rate(a, clk.ns)) })
 	for rank, tok := range truth[:20] {
 		want := exact.rate(tok, clk.ns)
 		e, ok := byToken[tok]
@@ -255,16 +256,6 @@ func TestTopKHeavyHitters(t *testing.T) {
 			t.Errorf("sketch rank %d is %d, true rank %d is %d", i+1, top[i].Token, i+1, truth[i])
 		}
 	}
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // The sketch's memory is allocated once: observing ever new partitions

@@ -421,7 +421,7 @@ func (s *suite) startProxy(ctx context.Context, name, extra string) (*proxy, err
 // request when px is set.
 func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration, pid int, px *proxy) (sampledCost, error) {
 	c := sampledCost{window: window}
-	if !sleepUntil(ctx, from) {
+	if !load.SleepUntil(ctx, from) {
 		return c, ctx.Err()
 	}
 	take := func() (side procSample, proxy procSample, m metrics, err error) {
@@ -447,7 +447,7 @@ func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration
 	if err != nil {
 		return c, err
 	}
-	if !sleepUntil(ctx, from.Add(window)) {
+	if !load.SleepUntil(ctx, from.Add(window)) {
 		return c, ctx.Err()
 	}
 	side1, p1, m1, err := take()
@@ -474,17 +474,6 @@ func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration
 	c.allocs, c.allocsNoise = max(0, allocs)/n, px.scrapeNoise/n
 	c.rss = p1.rss
 	return c, nil
-}
-
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // rejectedRow measures a cqlguard whose limits reject nearly every

@@ -73,24 +73,12 @@ func TestLimitsEnforced(t *testing.T) {
 		p.Shutdown(ctx)
 	}()
 
-	c := gocql.NewCluster(cfg.Listen)
-	c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
-	c.Timeout = 20 * time.Second
-	c.NumConns = 1
-	s, err := c.CreateSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for _, q := range []string{
+	s := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) { c.Timeout = 20 * time.Second },
 		"CREATE KEYSPACE IF NOT EXISTS cqlguard_limits WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
 		"CREATE TABLE IF NOT EXISTS cqlguard_limits.hot (k int, c int, PRIMARY KEY (k, c))",
 		"CREATE TABLE IF NOT EXISTS cqlguard_limits.cold (k int, c int, PRIMARY KEY (k, c))",
-	} {
-		if err := s.Query(q).Exec(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
+	defer s.Close()
 	// The proxy learns of the tables from the schema change.
 	time.Sleep(2 * time.Second)
 	seen.take("cqlguard_limits", "hot")

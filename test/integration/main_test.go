@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -108,6 +109,28 @@ func startProxy(over proxy.Config, opts ...proxy.Option) (func(), error) {
 		defer cancel()
 		p.Shutdown(ctx)
 	}, nil
+}
+
+// sessionThrough opens a gocql session on addr, one connection, as the test
+// cluster's superuser, with edit's changes to the settings, and runs stmts
+// (keyspaces and tables) on it.
+func sessionThrough(t *testing.T, addr string, edit func(*gocql.ClusterConfig), stmts ...string) *gocql.Session {
+	t.Helper()
+	c := gocql.NewCluster(addr)
+	c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
+	c.NumConns = 1
+	edit(c)
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stmts {
+		if err := s.Query(q).Exec(); err != nil {
+			s.Close()
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return s
 }
 
 func skipUnlessEnabled(t *testing.T) {

@@ -27,25 +27,14 @@ func TestCassandraRestart(t *testing.T) {
 	}
 	defer stopProxy()
 
-	c := gocql.NewCluster("127.0.0.1")
-	c.Port = 9045
-	c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
-	c.Timeout, c.ConnectTimeout = 5*time.Second, 5*time.Second
-	c.ReconnectInterval = time.Second
-	c.NumConns = 1
-	s, err := c.CreateSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for _, q := range []string{
+	s := sessionThrough(t, addr, func(c *gocql.ClusterConfig) {
+		c.Timeout, c.ConnectTimeout = 5*time.Second, 5*time.Second
+		c.ReconnectInterval = time.Second
+	},
 		"CREATE KEYSPACE IF NOT EXISTS cqlguard_restart WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
 		"CREATE TABLE IF NOT EXISTS cqlguard_restart.t (k int PRIMARY KEY, v int)",
-	} {
-		if err := s.Query(q).Exec(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	)
+	defer s.Close()
 
 	// The writer records how long each request took to be answered.
 	var ok, failed atomic.Int64

@@ -129,7 +129,7 @@ func Run(ctx context.Context, specs []Spec, opts Options) ([]Summary, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !sleepUntil(ctx, start.Add(p.At)) {
+			if !SleepUntil(ctx, start.Add(p.At)) {
 				return
 			}
 			if err := p.Action(ctx); err != nil {
@@ -143,7 +143,7 @@ func Run(ctx context.Context, specs []Spec, opts Options) ([]Summary, error) {
 	var last, lastStart time.Duration
 	for k := 1; last < opts.Duration; k++ {
 		t := min(time.Duration(k)*time.Second, opts.Duration)
-		if !sleepUntil(ctx, start.Add(t)) {
+		if !SleepUntil(ctx, start.Add(t)) {
 			break
 		}
 		sec := Second{T: t, Length: t - last, Phase: phaseAt(phases, last), Events: events.take()}
@@ -180,8 +180,8 @@ func phaseAt(phases []Phase, t time.Duration) string {
 	return name
 }
 
-// sleepUntil waits until t or until ctx ends, reporting whether t came.
-func sleepUntil(ctx context.Context, t time.Time) bool {
+// SleepUntil waits until t or until ctx ends, reporting whether t came.
+func SleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)
 	if d <= 0 {
 		return ctx.Err() == nil
@@ -251,7 +251,7 @@ func (l *loader) error(err error, events *eventLog) {
 // run starts the loader's connections at its start and stops them at its
 // stop or when ctx ends.
 func (l *loader) run(ctx context.Context, start time.Time, runFor, drain time.Duration, events *eventLog) {
-	if !sleepUntil(ctx, start.Add(l.spec.Start)) {
+	if !SleepUntil(ctx, start.Add(l.spec.Start)) {
 		return
 	}
 	stopAt := runFor
@@ -260,7 +260,7 @@ func (l *loader) run(ctx context.Context, start time.Time, runFor, drain time.Du
 	}
 	stop := make(chan struct{})
 	go func() {
-		sleepUntil(ctx, start.Add(stopAt))
+		SleepUntil(ctx, start.Add(stopAt))
 		close(stop)
 	}()
 	var interval time.Duration
