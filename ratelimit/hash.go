@@ -12,19 +12,16 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-// splitmix is a per-shard pseudo-random generator. It lives under the
-// shard's lock, so it needs no synchronization of its own, and it is a plain
-// integer, so drawing from it never allocates.
+// splitmixGamma is splitmix64's increment: the generator's state advances by
+// it, and each output is the mix of the state.
+const splitmixGamma = 0x9e3779b97f4a7c15
+
+// splitmix is a pseudo-random generator for New, which derives salts and
+// the stripes' seeds from one seed. Decisions draw from their stripe's.
 type splitmix uint64
 
 // next returns the next pseudo-random 64-bit value.
 func (s *splitmix) next() uint64 {
-	*s += 0x9e3779b97f4a7c15
+	*s += splitmixGamma
 	return mix(uint64(*s))
-}
-
-// float returns a pseudo-random number uniform in [0, 1), from the top 53
-// bits so that every value is exactly representable.
-func (s *splitmix) float() float64 {
-	return float64(s.next()>>11) * 0x1p-53
 }

@@ -77,8 +77,10 @@ type Config struct {
 	// the shards; each shard's table is rounded down to a power of two
 	// entries. 0 means DefaultMemoryBytes. Memory is allocated once, by New.
 	MemoryBytes int
-	// Shards is the number of independently locked tables; a partition's
-	// shard is chosen by its token. 0 means runtime.GOMAXPROCS(0).
+	// Shards is the number of tables; a partition's shard is chosen by
+	// its token. Each AlgorithmScylla shard ages its counts on its own
+	// clock, and counts its own operations for lossy counting. 0 means
+	// runtime.GOMAXPROCS(0).
 	Shards int
 	// Burst is the token bucket's capacity, in seconds of the limit's rate:
 	// 1 lets a partition that was idle send one second's worth of operations
@@ -91,22 +93,27 @@ type Config struct {
 	// so that steps of the wall clock after New do not disturb the counts.
 	Clock func() int64
 	// Seed, if not 0, makes the limiter deterministic: the hash salt and the
-	// random draws of AlgorithmScylla derive from it. 0 means a salt and
-	// draws seeded from crypto/rand, so that clients cannot aim collisions.
+	// random draws of AlgorithmScylla derive from it, and every decision
+	// writes its statistics to one set of counters, which costs scaling
+	// with cores. 0 means a salt and draws seeded from crypto/rand, so that
+	// clients cannot aim collisions.
 	Seed uint64
 }
 
 // A Limiter counts operations per (token, label) and decides whether to admit
-// them. It is safe for concurrent use. Allow does not allocate, and the
-// shard lock it takes covers only the lookup and the counter update.
+// them. It is safe for concurrent use. Allow does not allocate and takes no
+// lock shared between partitions: decisions on different partitions from
+// different cores write no common cache line, so they scale with cores.
 type Limiter struct {
 	now       func() int64
 	tokenSalt uint64 // picks the shard, and is the start of the slot hash
 	slotSalt  uint64 // mixed with the label into the slot hash
 	burst     int64  // token bucket tolerance, nanoseconds
+	startSec  int64  // AlgorithmScylla's window 0, in Unix seconds
 	scylla    []scyllaShard
 	bucket    []bucketShard
 	perShard  int
+	stripes   stripeSet
 }
 
 // New returns a Limiter configured by cfg, with its tables allocated.
@@ -160,7 +167,7 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
-	// The salts and the shards' generators all come from one stream, so
+	// The salts and the stripes' generators all come from one stream, so
 	// that a seed fixes every one of them.
 	src := splitmix(seed)
 	l := &Limiter{
@@ -173,12 +180,13 @@ func New(cfg Config) (*Limiter, error) {
 	if l.now == nil {
 		l.now = monotonicWallClock()
 	}
-	sec := seconds(l.now())
+	// Window numbers start at 0, so that 32 bits of them last a century.
+	l.startSec = seconds(l.now())
 	switch alg {
 	case AlgorithmScylla:
 		l.scylla = make([]scyllaShard, shards)
 		for i := range l.scylla {
-			l.scylla[i].init(perShard, sec, splitmix(src.next()))
+			l.scylla[i].init(perShard)
 		}
 	case AlgorithmTokenBucket:
 		l.bucket = make([]bucketShard, shards)
@@ -186,6 +194,13 @@ func New(cfg Config) (*Limiter, error) {
 			l.bucket[i].entries = make([]bucketEntry, perShard)
 		}
 	}
+	stripes := 1
+	if cfg.Seed == 0 {
+		// A few per processor, so that two processors rarely meet on one
+		// after the pool hands stripes out again (see stripeSet).
+		stripes = 4 * runtime.GOMAXPROCS(0)
+	}
+	l.stripes.init(stripes, shards, &src)
 	return l, nil
 }
 
@@ -246,12 +261,23 @@ func (l *Limiter) AllowAt(now int64, token int64, label Label, limit uint32) Dec
 	}
 	th := mix(uint64(token) ^ l.tokenSalt)
 	h := mix(th ^ uint64(label) ^ l.slotSalt)
+	st := l.stripes.get()
+	var d Decision
 	if l.scylla != nil {
-		s := &l.scylla[pick(th, len(l.scylla))]
-		return s.allow(uint64(token), uint32(label), h, seconds(now), limit)
+		i := pick(th, len(l.scylla))
+		d = l.scylla[i].allow(st, &l.stripes, i, uint64(token), uint32(label), h, l.window(now), limit)
+	} else {
+		s := &l.bucket[pick(th, len(l.bucket))]
+		d = s.allow(st, uint64(token), uint32(label), h, now, interval(limit), l.burst)
 	}
-	s := &l.bucket[pick(th, len(l.bucket))]
-	return s.allow(uint64(token), uint32(label), h, now, interval(limit), l.burst)
+	l.stripes.put(st)
+	return d
+}
+
+// window returns AlgorithmScylla's window for time now: the seconds since
+// the limiter's start, or 0 for a clock that stepped back before it.
+func (l *Limiter) window(now int64) int64 {
+	return max(seconds(now)-l.startSec, 0)
 }
 
 // pick maps a hash to one of n shards with a multiply instead of a division.
@@ -278,8 +304,8 @@ type Request struct {
 // keeps paying for each of its partitions, and a hot partition in a batch
 // cannot hide the others' load. With AlgorithmTokenBucket this means the
 // requests accepted in a rejected batch consume their tokens. Requests are
-// decided one shard lock at a time, never under several locks at once, so a
-// batch is not atomic with respect to concurrent callers.
+// decided one at a time, so a batch is not atomic with respect to
+// concurrent callers.
 func (l *Limiter) AllowAll(reqs []Request) Decision {
 	d := Accept
 	for _, r := range reqs {
@@ -317,53 +343,25 @@ type Stats struct {
 }
 
 // Stats returns the limiter's counters. It visits every table entry to count
-// the live ones, one shard lock at a time, so it is meant for a metrics
-// scrape, not for the request path.
+// the live ones, so it is meant for a metrics scrape, not for the request
+// path. Decisions made while it runs may or may not be in the figures.
 func (l *Limiter) Stats() Stats {
 	var st Stats
 	now := l.now()
 	for i := range l.scylla {
-		l.scylla[i].addStats(&st, seconds(now))
+		l.scylla[i].addStats(&st, &l.stripes, i, l.window(now))
 	}
 	for i := range l.bucket {
 		l.bucket[i].addStats(&st, now)
 	}
+	l.stripes.addStats(&st)
 	return st
-}
-
-// shardStats are the counters a shard keeps under its lock.
-type shardStats struct {
-	accepted, rejected, untracked uint64
-	allocations, evictions        uint64
-}
-
-// add adds s to st.
-func (s *shardStats) add(st *Stats) {
-	st.Accepted += s.accepted
-	st.Rejected += s.rejected
-	st.FailedAllocations += s.untracked
-	st.Allocations += s.allocations
-	st.Evictions += s.evictions
-}
-
-// count records decision d.
-func (s *shardStats) count(d Decision) Decision {
-	switch d {
-	case Accept:
-		s.accepted++
-	case Reject:
-		s.rejected++
-	default:
-		s.untracked++
-	}
-	return d
 }
 
 // probes is the length of a probe sequence; offsets are triangular numbers
 // (0, 1, 3, 6, ...), which visit distinct slots of a power-of-two table.
 const probes = 32
 
-// cacheLinePad keeps one shard's lock and counters off the cache lines of
-// the next shard in the slice, so that cores working on different shards do
-// not contend.
+// cacheLinePad keeps what one core writes off the cache lines of what the
+// next core in a slice writes, or of what every core reads.
 type cacheLinePad [64]byte

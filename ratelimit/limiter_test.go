@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"sync"
 	"testing"
 )
 
@@ -105,17 +106,16 @@ func TestScyllaCounting(t *testing.T) {
 			clk := &fakeClock{ns: epoch}
 			l := newTest(t, Config{Shards: 1, MemoryBytes: 1 << 16}, clk)
 			s := &l.scylla[0]
+			st := l.stripes.get()
 			h := mix(mix(7^l.tokenSalt) ^ 1 ^ l.slotSalt)
+			// count, unlike allow, does no lossy counting, which
+			// would blur the figures: these tests are about halving.
 			for range tt.ops {
-				s.count(7, 1, h)
+				s.count(st, 7, 1, h, s.clock.Load())
 			}
-			// Lossy counting would blur the figures; these tests are
-			// about halving, so undo its effect.
-			s.bucket, s.ops = 0, 0
 			clk.ns += tt.later * 1e9
-			s.advance(seconds(clk.ns))
-			s.past = [halvings - 1]uint32{}
-			got, ok := s.count(7, 1, h)
+			c := s.advance(&l.stripes, 0, l.window(clk.ns))
+			got, ok := s.count(st, 7, 1, h, c)
 			if !ok || got != tt.want {
 				t.Errorf("count = %d, %v; want %d", got, ok, tt.want)
 			}
@@ -316,5 +316,72 @@ func TestDeterministicWithSeed(t *testing.T) {
 	}
 	if a, b := run(), run(); a != b {
 		t.Errorf("same seed, different outcomes: %+v vs %+v", a, b)
+	}
+}
+
+// TestConcurrentDecisions runs decisions from several goroutines on a
+// frozen clock, some on one shared partition and some on partitions of
+// their own, and checks that no count is lost: the token bucket admits
+// exactly its burst of the shared partition, AlgorithmScylla admits at
+// least twice the limit and counts every operation, and the statistics add
+// up to the decisions.
+func TestConcurrentDecisions(t *testing.T) {
+	const (
+		goroutines = 8
+		perG       = 2000
+		limit      = 100
+	)
+	for _, alg := range algorithms {
+		t.Run(alg, func(t *testing.T) {
+			frozen := func() int64 { return epoch }
+			// No seed: the limiter hands out a stripe per processor.
+			l, err := New(Config{Algorithm: alg, Shards: 2, Clock: frozen, MemoryBytes: 1 << 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			accepted := make([]int, goroutines)
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range perG {
+						tok := int64(1)
+						if i%2 == 1 {
+							tok = int64(g*perG + i + 10) // a partition of its own
+						}
+						if d := l.Allow(tok, 0, limit); d.Accepted() && tok == 1 {
+							accepted[g]++
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			hot := 0
+			for _, a := range accepted {
+				hot += a
+			}
+			switch alg {
+			case AlgorithmTokenBucket:
+				if hot != limit {
+					t.Errorf("shared partition: %d accepted, want exactly %d", hot, limit)
+				}
+			case AlgorithmScylla:
+				if hot < 2*limit {
+					t.Errorf("shared partition: %d accepted, want at least %d", hot, 2*limit)
+				}
+				s := &l.scylla[pick(mix(1^l.tokenSalt), len(l.scylla))]
+				st := l.stripes.get()
+				n, _ := s.count(st, 1, 0, mix(mix(1^l.tokenSalt)^l.slotSalt), s.clock.Load())
+				l.stripes.put(st)
+				if want := uint32(goroutines*perG/2 + 1); n < want-uint32(s.clock.Load()) || n > want {
+					t.Errorf("shared partition counted %d, want %d less at most the bucket %d", n, want, uint32(s.clock.Load()))
+				}
+			}
+			st := l.Stats()
+			if total := st.Accepted + st.Rejected + st.FailedAllocations; total != goroutines*perG {
+				t.Errorf("stats count %d decisions, want %d: %+v", total, goroutines*perG, st)
+			}
+		})
 	}
 }
