@@ -50,13 +50,40 @@ type Config struct {
 	// larger frames are answered with a protocol error without being buffered.
 	MaxFrameBytes int `yaml:"max_frame_bytes"`
 	// MaxBufferedBytes bounds the bytes waiting to be written to one socket;
-	// past it the proxy stops reading the other side (back-pressure).
+	// past it the proxy stops reading the other side (back-pressure). A
+	// socket can hold up to twice this: one batch being written while the
+	// next is queued.
 	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
+	// MaxBufferedBytesTotal bounds the bytes queued or being written over
+	// all sockets together: without it, an upstream that stops reading (as
+	// Cassandra does when its native_transport_max_request_data_in_flight is
+	// reached) lets every connection fill its own max_buffered_bytes, which
+	// over thousands of connections is gigabytes. Past it a connection that
+	// already has bytes queued waits before queueing more (back-pressure);
+	// one with none may always queue one frame, so that every connection
+	// keeps moving, one frame at a time. 0 means no bound.
+	MaxBufferedBytesTotal ByteSize `yaml:"max_buffered_bytes_total"`
 	// MaxInFlightPerConnection bounds the requests of one client connection
 	// waiting for the upstream's answer; at the bound the proxy stops reading
 	// from that client until one is answered (back-pressure). 0 means no
 	// bound.
 	MaxInFlightPerConnection int `yaml:"max_in_flight_per_connection"`
+	// MaxInFlight bounds the requests waiting for the upstream's answer
+	// over all client connections together; at the bound a connection's
+	// next request waits, and nothing more is read from that client, until
+	// some request is answered (back-pressure). 0 means no bound.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// UpstreamTimeout is how long the upstream node may send nothing while
+	// requests of a connection wait for it: past it the proxy takes the
+	// node for lost, answers each waiting request with a server error and
+	// closes the client connection, which the driver reopens. It must exceed
+	// the longest time a healthy node takes to answer; Cassandra's longest
+	// default server-side timeout is truncate_request_timeout (60 s), after
+	// which the node answers with an error itself, so the default, 90 s,
+	// only fires on a node that has stopped answering. Any frame from the
+	// node, an answer to another request or an event, counts as a sign of
+	// life. 0 means wait for ever.
+	UpstreamTimeout Duration `yaml:"upstream_timeout"`
 	// MaxConnections bounds the client connections served at once; past it
 	// a new connection's first request is answered with an error and the
 	// connection closed. 0 means no bound.
@@ -254,6 +281,9 @@ func DefaultConfig() Config {
 		MaxPreparedStatements:    100000,
 		MaxConnections:           10000,
 		MaxInFlightPerConnection: 2048,
+		MaxInFlight:              defaultMaxInFlight,
+		MaxBufferedBytesTotal:    256 << 20,
+		UpstreamTimeout:          Duration(90 * time.Second),
 		FrameTimeout:             Duration(30 * time.Second),
 		DialTimeout:              Duration(5 * time.Second),
 		DrainTimeout:             Duration(30 * time.Second),
@@ -268,6 +298,14 @@ func DefaultConfig() Config {
 		},
 	}
 }
+
+// defaultMaxInFlight is max_in_flight's default: 32 connections' worth of
+// max_in_flight_per_connection, and hundreds of times what the upstream
+// nodes work on at once (Cassandra runs 128 native transport threads per
+// node), so that it binds only on a pile-up, such as drivers retrying in a
+// storm. The proxy's own cost per request in flight is small (an entry of
+// its connection's stream table); the bound is there for the upstream.
+const defaultMaxInFlight = 65536
 
 // LoadConfig reads the YAML file at path over DefaultConfig. Unknown keys are
 // errors, reported with the file and line.
@@ -437,6 +475,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInFlightPerConnection < 0 {
 		return fmt.Errorf("max_in_flight_per_connection: %d must not be negative", c.MaxInFlightPerConnection)
+	}
+	if c.MaxInFlight < 0 {
+		return fmt.Errorf("max_in_flight: %d must not be negative", c.MaxInFlight)
+	}
+	if c.MaxBufferedBytesTotal != 0 && c.MaxBufferedBytesTotal < 64<<10 {
+		return fmt.Errorf("max_buffered_bytes_total: %d is under 64 KiB (0 means no bound)", c.MaxBufferedBytesTotal)
+	}
+	if c.UpstreamTimeout < 0 {
+		return fmt.Errorf("upstream_timeout: %s must not be negative (0 means wait for ever)", time.Duration(c.UpstreamTimeout))
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("max_connections: %d must not be negative", c.MaxConnections)

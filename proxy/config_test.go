@@ -50,6 +50,20 @@ func TestLoadConfig(t *testing.T) {
 		{name: "tls cert without key", text: "tls: {cert_file: a.pem}\n", wantErr: "cert_file and key_file go together"},
 		{name: "tls client CA without cert", text: "tls: {client_ca_file: ca.pem}\n", wantErr: "client_ca_file needs cert_file"},
 		{name: "negative in-flight bound", text: "max_in_flight_per_connection: -1\n", wantErr: "max_in_flight_per_connection"},
+		{name: "negative proxy in-flight bound", text: "max_in_flight: -1\n", wantErr: "max_in_flight:"},
+		{name: "tiny buffered total", text: "max_buffered_bytes_total: 1KiB\n", wantErr: "max_buffered_bytes_total"},
+		{name: "negative upstream timeout", text: "upstream_timeout: -1s\n", wantErr: "upstream_timeout"},
+		{name: "load bounds", text: "max_in_flight: 0\nmax_buffered_bytes_total: 64MiB\nupstream_timeout: 2m\n",
+			check: func(t *testing.T, c Config) {
+				if c.MaxInFlight != 0 || c.MaxBufferedBytesTotal != 64<<20 || time.Duration(c.UpstreamTimeout) != 2*time.Minute {
+					t.Errorf("got max_in_flight %d, max_buffered_bytes_total %d, upstream_timeout %v", c.MaxInFlight, c.MaxBufferedBytesTotal, time.Duration(c.UpstreamTimeout))
+				}
+			}},
+		{name: "load bound defaults", text: "", check: func(t *testing.T, c Config) {
+			if c.MaxInFlight != 65536 || c.MaxBufferedBytesTotal != 256<<20 || time.Duration(c.UpstreamTimeout) != 90*time.Second {
+				t.Errorf("got max_in_flight %d, max_buffered_bytes_total %d, upstream_timeout %v", c.MaxInFlight, c.MaxBufferedBytesTotal, time.Duration(c.UpstreamTimeout))
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

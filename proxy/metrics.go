@@ -28,7 +28,11 @@ type Metrics struct {
 	upstreamLatency prometheus.Histogram
 	protocolErrors  *prometheus.CounterVec
 	filteredEvents  prometheus.Counter
-	inFlightWaits   prometheus.Counter
+	// inFlightWaits and proxyInFlightWaits count waits at
+	// max_in_flight_per_connection and at max_in_flight.
+	inFlightWaits      prometheus.Counter
+	proxyInFlightWaits prometheus.Counter
+	bufferWaits        prometheus.Counter
 	// rejections are by keyspace, table, op and outcome ("rejected" or
 	// "dry_run"); resolved per rejection, which is off the forwarding path.
 	rejections *prometheus.CounterVec
@@ -52,14 +56,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cqlguard_protocol_errors_total", Help: "Malformed or refused frames, by reason."}, []string{"reason"}),
 		filteredEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cqlguard_events_filtered_total", Help: "Topology and status events withheld from drivers."}),
-		inFlightWaits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cqlguard_client_in_flight_waits_total",
-			Help: "Times a client connection reached max_in_flight_per_connection requests in flight; the proxy reads nothing more from it until one is answered."}),
+		bufferWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_buffered_bytes_waits_total",
+			Help: "Times a write to a socket waited because max_buffered_bytes_total bytes were queued over all sockets; the proxy reads nothing more from the other side meanwhile."}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_rate_limit_rejections_total",
 			Help: "Requests over a partition's limit, by keyspace, table, op and outcome (rejected, or dry_run: counted but forwarded)."},
 			[]string{"keyspace", "table", "op", "outcome"}),
 	}
+	waits := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cqlguard_client_in_flight_waits_total",
+		Help: "Times a client connection's request path waited for a bound on requests in flight (limit: max_in_flight_per_connection, or max_in_flight over all connections); the proxy reads nothing more from that client until a request is answered."},
+		[]string{"limit"})
+	m.inFlightWaits = waits.WithLabelValues("max_in_flight_per_connection")
+	m.proxyInFlightWaits = waits.WithLabelValues("max_in_flight")
 	frames := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cqlguard_frames_total", Help: "Frames forwarded or answered, by direction and opcode."},
 		[]string{"direction", "opcode"})
@@ -77,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
-		m.protocolErrors, m.filteredEvents, m.inFlightWaits, m.rejections, frames, bytes)
+		m.protocolErrors, m.filteredEvents, waits, m.bufferWaits, m.rejections, frames, bytes)
 	return m
 }
 
@@ -89,4 +99,24 @@ func (m *Metrics) frame(dir int, op frame.Opcode, n int) {
 	}
 	m.frames[dir][i].Inc()
 	m.bytes[dir][i].Add(float64(n))
+}
+
+// registerLoadGauges registers gauges that read p's bounds when scraped, so
+// that the request path updates nothing for them.
+func registerLoadGauges(reg prometheus.Registerer, p *Proxy) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cqlguard_requests_in_flight",
+			Help: "Requests forwarded upstream and not answered yet, over all client connections (bounded by max_in_flight)."},
+			func() float64 { return float64(p.inflight.n.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cqlguard_buffered_bytes",
+			Help: "Bytes queued or being written to sockets, over all connections (bounded by max_buffered_bytes_total); 0 when that is 0."},
+			func() float64 {
+				if p.buffered == nil {
+					return 0
+				}
+				return float64(p.buffered.n.Load())
+			}),
+	)
 }

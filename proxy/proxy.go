@@ -7,7 +7,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -48,6 +47,12 @@ type Proxy struct {
 	elapsed func() int64
 	next    atomic.Uint32
 	conns   atomic.Int64 // client connections being served
+	// inflight is max_in_flight, and counts requests in flight when that
+	// is 0; buffered is max_buffered_bytes_total, nil when that is 0.
+	inflight *bound
+	buffered *byteBudget
+	// reads are the connections' read buffers, held while bytes arrive.
+	reads readBuffers
 	// hot tracks the busiest partitions for /hot; nil when turned off.
 	hot *ratelimit.TopK
 	// tls is the configuration of client connections accepted now; nil
@@ -98,16 +103,22 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
+	m := NewMetrics(reg)
 	p := &Proxy{
 		cfg:      cfg,
 		log:      log,
-		metrics:  NewMetrics(reg),
+		metrics:  m,
 		topo:     topo,
 		prepared: newPreparedRegistry(cfg.MaxPreparedStatements),
 		epoch:    time.Now(),
 		sessions: map[*session]struct{}{},
 		stopBg:   func() {},
+		inflight: newBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
 	}
+	if cfg.MaxBufferedBytesTotal > 0 {
+		p.buffered = newByteBudget(int64(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
+	}
+	registerLoadGauges(reg, p)
 	p.epochUnix = p.epoch.UnixNano()
 	p.elapsed = func() int64 { return int64(time.Since(p.epoch)) }
 	for _, opt := range opts {
@@ -134,7 +145,60 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 		p.schema, p.stopBg = s, stop
 	}
 	p.topo.onSchemaChange = p.schema.Refresh
+	if d := time.Duration(cfg.UpstreamTimeout); d > 0 {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.watchUpstreams(d, stop)
+		}()
+		stopSchema := p.stopBg
+		p.stopBg = func() {
+			close(stop)
+			<-done
+			stopSchema()
+		}
+	}
 	return p, nil
+}
+
+// watchUpstreams closes the upstream connection of each session whose
+// upstream has sent nothing for timeout while requests wait for it, until
+// stop is closed.
+//
+// It is one ticker for the whole proxy rather than a timer per session: a
+// session's timer would be armed when a request finds none in flight and
+// stopped when the last is answered, a timer operation per request when
+// requests do not overlap, which is the common case. The ticker costs the
+// request path nothing but a counter bumped under the session lock it
+// takes anyway, and costs a scan of the sessions four times per timeout.
+// Counting ticks instead of reading a clock keeps the watchdog off the
+// request timestamps, which tests stop. A stall is seen between timeout
+// and timeout plus a quarter of it after the upstream's last frame.
+func (p *Proxy) watchUpstreams(timeout time.Duration, stop <-chan struct{}) {
+	const ticks = 4
+	t := time.NewTicker(max(timeout/ticks, time.Millisecond))
+	defer t.Stop()
+	var stalled []*session
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		for s := range p.sessions {
+			if s.quiet() >= ticks {
+				stalled = append(stalled, s)
+			}
+		}
+		p.mu.Unlock()
+		for _, s := range stalled {
+			s.upstreamStalled(timeout)
+		}
+		clear(stalled)
+		stalled = stalled[:0]
+	}
 }
 
 // Serve accepts connections on ln until ln is closed or Shutdown is called.
@@ -273,7 +337,7 @@ func (p *Proxy) dialUpstream() (*upstreamConn, string, error) {
 	var errs []error
 	for i := range n {
 		addr := p.cfg.Upstreams[(start+i)%n]
-		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout), forUpstream(p.upstreamTLS.Load(), addr))
+		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout), forUpstream(p.upstreamTLS.Load(), addr), &p.reads)
 		if err == nil {
 			return u, addr, nil
 		}
@@ -296,6 +360,7 @@ func (p *Proxy) Ready() error {
 		return err
 	}
 	u.conn.Close()
+	u.in.park()
 	return nil
 }
 
@@ -308,8 +373,11 @@ type session struct {
 
 	fromClient   *frame.Reader
 	fromUpstream *frame.Reader
-	toClient     *writer
-	toUpstream   *writer
+	// clientIn and upstreamIn hold the readers' buffers while bytes come.
+	clientIn   *lazyReader
+	upstreamIn *lazyReader
+	toClient   *writer
+	toUpstream *writer
 
 	upstreamRateLimit bool              // the upstream advertised the rate-limit error
 	handshake         chan bool         // v5: true once the upstream switched to segments
@@ -332,19 +400,37 @@ type session struct {
 	respScratch []byte             // answers written by the response path
 	closing     sync.Once
 	clientGone  atomic.Bool // the request path ended on the client's side
+	// stopped is set when the session closes, for a request path waiting
+	// on max_in_flight.
+	stopped atomic.Bool
+
+	// activity counts the upstream's frames, and requests that found none
+	// in flight: the watchdog takes a count unchanged over a tick, with
+	// requests in flight, for a tick of silence. Guarded by mu.
+	activity uint32
+	// lastActivity and quietTicks are the watchdog's own: the count it saw
+	// last and for how many ticks it has not changed.
+	lastActivity uint32
+	quietTicks   int
+	// stalled is set when the watchdog closed the upstream connection.
+	stalled atomic.Bool
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
 	guard := &stallGuard{Conn: client, timeout: time.Duration(p.cfg.FrameTimeout)}
+	clientIn := newLazyReader(guard, &p.reads)
+	upstreamIn := u.in
 	s := &session{
 		p:                 p,
 		log:               log,
 		client:            client,
 		upstream:          u.conn,
-		fromClient:        frame.NewReader(bufio.NewReaderSize(guard, 16<<10), p.cfg.MaxFrameBytes),
-		fromUpstream:      frame.NewReader(u.br, p.cfg.MaxFrameBytes),
-		toClient:          newWriter(client, p.cfg.MaxBufferedBytes),
-		toUpstream:        newWriter(u.conn, p.cfg.MaxBufferedBytes),
+		fromClient:        frame.NewReader(clientIn.br, p.cfg.MaxFrameBytes),
+		fromUpstream:      frame.NewReader(upstreamIn.br, p.cfg.MaxFrameBytes),
+		clientIn:          clientIn,
+		upstreamIn:        upstreamIn,
+		toClient:          newBudgetWriter(client, p.cfg.MaxBufferedBytes, p.buffered),
+		toUpstream:        newBudgetWriter(u.conn, p.cfg.MaxBufferedBytes, p.buffered),
 		upstreamRateLimit: u.rateLimitError,
 		handshake:         make(chan bool, 1),
 	}
@@ -380,6 +466,7 @@ func (g *stallGuard) Read(b []byte) (int, error) {
 
 // run serves the session until either side closes.
 func (s *session) run() {
+	defer s.giveBack()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -416,6 +503,42 @@ func (s *session) run() {
 	<-done
 }
 
+// giveBack returns to max_in_flight the slots of requests still in flight
+// when the session ends: requests of a client that left, or that began
+// after failInFlight. Both paths have stopped (run's last step).
+func (s *session) giveBack() {
+	s.mu.Lock()
+	n := s.streams.inflight
+	s.streams.inflight = 0
+	s.mu.Unlock()
+	s.p.inflight.give(n)
+}
+
+// quiet is called by the watchdog on each tick; it returns for how many
+// ticks in a row the upstream has sent nothing while requests waited.
+func (s *session) quiet() int {
+	s.mu.Lock()
+	busy, activity := s.streams.inflight > 0, s.activity
+	s.mu.Unlock()
+	if !busy || activity != s.lastActivity {
+		s.lastActivity, s.quietTicks = activity, 0
+		return 0
+	}
+	s.quietTicks++
+	return s.quietTicks
+}
+
+// upstreamStalled closes the upstream connection of a session whose
+// upstream has sent nothing for timeout with requests waiting: the response
+// path then ends, and failInFlight answers each request.
+func (s *session) upstreamStalled(timeout time.Duration) {
+	if s.stalled.Swap(true) {
+		return
+	}
+	s.log.Warn().Dur("upstream_timeout", timeout).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
+	s.upstream.Close()
+}
+
 // errForward wraps the request path's errors that come from the upstream
 // side, after which the client is still there to be answered.
 var errForward = errors.New("forwarding")
@@ -438,6 +561,8 @@ func (s *session) close() {
 		s.halted = true
 		s.room.Broadcast()
 		s.mu.Unlock()
+		s.stopped.Store(true)
+		s.p.inflight.wake()
 		s.client.Close()
 		s.upstream.Close()
 	})
@@ -460,12 +585,19 @@ func (s *session) failInFlight(err error) {
 	}
 	s.wakeRequests()
 	s.mu.Unlock()
+	s.p.inflight.give(len(lost))
 	if len(lost) == 0 {
 		return
 	}
-	s.p.metrics.protocolErrors.WithLabelValues("upstream_lost").Add(float64(len(lost)))
-	s.log.Warn().Int("requests", len(lost)).Err(err).Msg("upstream connection lost with requests in flight; answering them with a server error")
+	reason := "upstream_lost"
 	msg := "cqlguard: the connection to the upstream node was lost before it answered; the request may or may not have been applied"
+	if s.stalled.Load() {
+		reason = "upstream_stalled"
+		msg = fmt.Sprintf("cqlguard: the upstream node sent nothing for %s (upstream_timeout) while requests waited; the request may or may not have been applied",
+			time.Duration(s.p.cfg.UpstreamTimeout))
+	}
+	s.p.metrics.protocolErrors.WithLabelValues(reason).Add(float64(len(lost)))
+	s.log.Warn().Int("requests", len(lost)).Str("reason", reason).Err(err).Msg("upstream connection ended with requests in flight; answering them with a server error")
 	for _, l := range lost {
 		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
 	}
@@ -497,7 +629,12 @@ func (s *session) serveRequests() error {
 	m := s.p.metrics
 	for {
 		// Read a frame. Frames the proxy cannot take are answered, not
-		// dropped, so the driver's request never waits for nothing.
+		// dropped, so the driver's request never waits for nothing. With
+		// nothing buffered, wait for the client without a read buffer.
+		if s.fromClient.Buffered() == 0 {
+			s.clientIn.park()
+			s.clientIn.wait()
+		}
 		f, h, err := s.fromClient.Next()
 		if err != nil {
 			var tooLarge *frame.TooLargeError
@@ -576,13 +713,24 @@ func (s *session) serveRequests() error {
 			}
 		}
 
-		// Forward. The stream is recorded first so that a fast response
+		// Forward. A slot of max_in_flight first: at that bound nothing
+		// more is read from this client until some request is answered.
+		if !s.p.inflight.take(&s.stopped) {
+			return net.ErrClosed
+		}
+		// The stream is recorded before forwarding so that a fast response
 		// finds it.
 		max := s.p.cfg.MaxInFlightPerConnection
 		s.mu.Lock()
-		s.streams.begin(h.Stream, req)
+		if s.streams.inflight == 0 {
+			s.activity++ // the upstream's silence counts from now
+		}
+		counted := s.streams.begin(h.Stream, req)
 		full := max > 0 && s.streams.inflight >= max
 		s.mu.Unlock()
+		if !counted {
+			s.p.inflight.give(1)
+		}
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}
@@ -620,6 +768,10 @@ func (s *session) serveResponses() error {
 		}
 	}()
 	for {
+		if s.fromUpstream.Buffered() == 0 {
+			s.upstreamIn.park()
+			s.upstreamIn.wait()
+		}
 		f, h, err := s.fromUpstream.Next()
 		if err != nil {
 			var tooLarge *frame.TooLargeError
@@ -630,21 +782,27 @@ func (s *session) serveResponses() error {
 			m.protocolErrors.WithLabelValues("response_too_large").Inc()
 			s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
 			s.mu.Lock()
-			s.streams.end(h.Stream)
+			s.activity++
+			_, ended := s.streams.end(h.Stream)
 			s.wakeRequests()
 			s.mu.Unlock()
+			if ended {
+				s.p.inflight.give(1)
+			}
 			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
 			continue
 		}
 		m.frame(dirResponse, h.Opcode, len(f))
 
 		s.mu.Lock()
+		s.activity++
 		req, ok := s.streams.end(h.Stream)
 		idle := s.draining && s.streams.inflight == 0
 		comp := s.compression
 		s.wakeRequests()
 		s.mu.Unlock()
 		if ok {
+			s.p.inflight.give(1)
 			m.upstreamLatency.Observe(float64(s.now()-req.start) / 1e9)
 			if req.ddl {
 				s.p.schema.Refresh()

@@ -1,5 +1,10 @@
 package proxy
 
+import (
+	"sync"
+	"sync/atomic"
+)
+
 // reply says what the response to a request needs besides forwarding.
 type reply uint8
 
@@ -38,11 +43,12 @@ type streams struct {
 	inflight int
 }
 
-// begin records a request on stream id; it reports false when the stream
-// already has one in flight, a client bug the proxy still forwards.
+// begin records a request on stream id and reports whether it counts as one
+// more in flight: not when the stream already has one (a client bug the
+// proxy still forwards) nor for a negative id, which no answer can name.
 func (s *streams) begin(id int16, r request) bool {
 	if id < 0 {
-		return true
+		return false
 	}
 	p := s.pages[uint16(id)>>8]
 	if p == nil {
@@ -86,4 +92,95 @@ func (s *streams) each(fn func(id int16, r request)) {
 			}
 		}
 	}
+}
+
+// bound is max_in_flight: the requests in flight over all of a proxy's
+// client connections. A request path takes a slot before forwarding, and
+// the slot is given back when the request is answered or its connection
+// ends. Taking costs one compare-and-swap, giving one atomic add; the lock
+// is only for waiting.
+type bound struct {
+	max     int64  // 0: no bound, only counting
+	waits   func() // counts a wait
+	n       atomic.Int64
+	waiters atomic.Int32
+	mu      sync.Mutex
+	room    sync.Cond // a slot was given back, or a waiting session stopped
+}
+
+func newBound(max int, waits func()) *bound {
+	b := &bound{max: int64(max), waits: waits}
+	b.room.L = &b.mu
+	return b
+}
+
+// take takes a slot, waiting while there is none. It gives up, reporting
+// false, once stopped is set (the session is closing).
+func (b *bound) take(stopped *atomic.Bool) bool {
+	if b.max == 0 {
+		b.n.Add(1)
+		return true
+	}
+	if b.tryTake() {
+		return true
+	}
+	b.waits()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Counted as waiting before looking again, so that a slot given back
+	// after the look finds the waiter (see give).
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	for !b.tryTake() {
+		if stopped.Load() {
+			// A signal meant for a slot may have woken this one: pass
+			// it on.
+			if b.n.Load() < b.max {
+				b.room.Signal()
+			}
+			return false
+		}
+		b.room.Wait()
+	}
+	return true
+}
+
+func (b *bound) tryTake() bool {
+	for {
+		n := b.n.Load()
+		if n >= b.max {
+			return false
+		}
+		if b.n.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// give gives back k slots, waking a waiter for each.
+func (b *bound) give(k int) {
+	if k <= 0 {
+		return
+	}
+	b.n.Add(-int64(k))
+	if b.waiters.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	if k == 1 {
+		b.room.Signal()
+	} else {
+		b.room.Broadcast()
+	}
+	b.mu.Unlock()
+}
+
+// wake wakes every waiter to look at its stop flag.
+func (b *bound) wake() {
+	if b.waiters.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.room.Broadcast()
+	b.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cqlguard/cqlguard/frame"
 )
@@ -17,8 +18,13 @@ var errWriterClosed = errors.New("connection closed")
 // buffer is bounded: a peer that stops reading blocks the producers, which
 // stops the proxy reading from the other side instead of buffering.
 type writer struct {
-	conn net.Conn
-	max  int // pending bytes past which Write blocks
+	conn   net.Conn
+	max    int         // pending bytes past which Write blocks
+	budget *byteBudget // bytes over all writers; nil for no bound
+	// held is the bytes queued or being written, taken from budget.
+	held atomic.Int64
+	// stopped is closed, for a Write waiting on the budget.
+	stopped atomic.Bool
 
 	mu      sync.Mutex
 	wake    sync.Cond // pending gained frames, or closed
@@ -36,7 +42,13 @@ type writer struct {
 }
 
 func newWriter(conn net.Conn, maxPending int) *writer {
-	w := &writer{conn: conn, max: maxPending, done: make(chan struct{})}
+	return newBudgetWriter(conn, maxPending, nil)
+}
+
+// newBudgetWriter returns a writer that also takes what it holds from
+// budget, when that is not nil.
+func newBudgetWriter(conn net.Conn, maxPending int, budget *byteBudget) *writer {
+	w := &writer{conn: conn, max: maxPending, budget: budget, done: make(chan struct{})}
 	w.wake.L = &w.mu
 	w.room.L = &w.mu
 	go w.loop()
@@ -46,6 +58,16 @@ func newWriter(conn net.Conn, maxPending int) *writer {
 // Write queues one or more whole frames. It copies f, so the caller may
 // reuse it as soon as Write returns.
 func (w *writer) Write(f []byte) error {
+	if w.budget != nil && !w.budget.take(int64(len(f)), w) {
+		w.mu.Lock()
+		err := w.err
+		w.mu.Unlock()
+		if err == nil {
+			err = errWriterClosed
+		}
+		return err
+	}
+	w.held.Add(int64(len(f)))
 	w.mu.Lock()
 	for len(w.pending) > 0 && len(w.pending)+len(f) > w.max && !w.closed {
 		w.room.Wait()
@@ -53,6 +75,7 @@ func (w *writer) Write(f []byte) error {
 	if w.closed {
 		err := w.err
 		w.mu.Unlock()
+		w.release(len(f))
 		if err == nil {
 			err = errWriterClosed
 		}
@@ -94,7 +117,24 @@ func (w *writer) Close() {
 	w.wake.Broadcast()
 	w.room.Broadcast()
 	w.mu.Unlock()
+	w.stop()
 	<-w.done
+}
+
+// stop lets a Write waiting on the budget go on, to find the writer closed.
+func (w *writer) stop() {
+	w.stopped.Store(true)
+	if w.budget != nil {
+		w.budget.wake()
+	}
+}
+
+// release gives back n bytes no longer queued or being written.
+func (w *writer) release(n int) {
+	w.held.Add(-int64(n))
+	if w.budget != nil {
+		w.budget.give(int64(n))
+	}
 }
 
 func (w *writer) loop() {
@@ -125,15 +165,19 @@ func (w *writer) loop() {
 			w.mu.Lock()
 			w.err = err
 			w.closed = true
+			dropped := len(w.pending)
 			w.pending = w.pending[:0]
 			w.room.Broadcast()
 			w.mu.Unlock()
+			w.release(len(w.spare) + dropped)
+			w.stop()
 			return
 		}
 		w.mu.Lock()
 		w.busy = false
 		w.room.Broadcast()
 		w.mu.Unlock()
+		w.release(len(w.spare))
 		// A burst may have grown the buffers; give large ones back so that
 		// idle connections stay small.
 		if cap(w.spare) > shrinkAbove {
@@ -147,3 +191,71 @@ func (w *writer) loop() {
 
 // shrinkAbove is the buffer capacity a writer keeps between bursts.
 const shrinkAbove = 256 << 10
+
+// byteBudget is max_buffered_bytes_total: the bytes queued or being written
+// over all of a proxy's writers. Past it a writer that holds bytes waits
+// before queueing more; one that holds none may always queue one frame, so
+// that no connection waits on others' peers, and the bound is exceeded by
+// at most a frame per socket.
+type byteBudget struct {
+	max     int64
+	n       atomic.Int64
+	waiters atomic.Int32
+	mu      sync.Mutex
+	room    sync.Cond // bytes were given back, or a waiting writer stopped
+	waits   func()    // counts a wait
+}
+
+func newByteBudget(max int64, waits func()) *byteBudget {
+	b := &byteBudget{max: max, waits: waits}
+	b.room.L = &b.mu
+	return b
+}
+
+// take takes k bytes for w, waiting while w holds bytes and the budget has
+// no room for k more. It reports false, having taken nothing, once w stops.
+func (b *byteBudget) take(k int64, w *writer) bool {
+	if b.tryTake(k, w) {
+		return true
+	}
+	b.waits()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Counted as waiting before looking again: see bound.take.
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	for !b.tryTake(k, w) {
+		if w.stopped.Load() {
+			return false
+		}
+		b.room.Wait()
+	}
+	return true
+}
+
+func (b *byteBudget) tryTake(k int64, w *writer) bool {
+	for {
+		n := b.n.Load()
+		if n+k > b.max && w.held.Load() > 0 {
+			return false
+		}
+		if b.n.CompareAndSwap(n, n+k) {
+			return true
+		}
+	}
+}
+
+// give gives back k bytes. Waiters want different amounts: all look again.
+func (b *byteBudget) give(k int64) {
+	b.n.Add(-k)
+	b.wake()
+}
+
+func (b *byteBudget) wake() {
+	if b.waiters.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.room.Broadcast()
+	b.mu.Unlock()
+}

@@ -1,0 +1,568 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// stubNode is a fake upstream node that speaks just enough of the protocol
+// for the proxy, and keeps little per connection so that memory measured
+// around it is mostly the proxy's: SUPPORTED for OPTIONS, READY for
+// STARTUP, a void RESULT for every other request, except that a QUERY whose
+// text contains "hold" is held unanswered until release, or for ever.
+type stubNode struct {
+	ln net.Listener
+
+	mu    sync.Mutex
+	conns map[*stubConn]struct{}
+	held  []heldRequest
+	got   int // held requests received so far
+	gotCh chan struct{}
+	wg    sync.WaitGroup
+}
+
+type stubConn struct {
+	c  net.Conn
+	mu sync.Mutex // serializes writes: answers and released requests
+}
+
+type heldRequest struct {
+	c *stubConn
+	h frame.Header
+}
+
+func startStubNode(t testing.TB, addr string) *stubNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("stub node %s: %v", addr, err)
+	}
+	n := &stubNode{ln: ln, conns: map[*stubConn]struct{}{}, gotCh: make(chan struct{}, 1)}
+	n.wg.Add(1)
+	go n.accept()
+	t.Cleanup(n.close)
+	return n
+}
+
+func (n *stubNode) accept() {
+	defer n.wg.Done()
+	for {
+		c, err := n.ln.Accept()
+		if err != nil {
+			return
+		}
+		sc := &stubConn{c: c}
+		n.mu.Lock()
+		n.conns[sc] = struct{}{}
+		n.mu.Unlock()
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.serve(sc)
+			c.Close()
+			n.mu.Lock()
+			delete(n.conns, sc)
+			n.mu.Unlock()
+		}()
+	}
+}
+
+func (n *stubNode) serve(c *stubConn) {
+	r := frame.NewReader(bufio.NewReaderSize(c.c, 512), 1<<20)
+	for {
+		f, h, err := r.Next()
+		if err != nil {
+			return
+		}
+		if h.Opcode == frame.OpQuery {
+			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("hold")) {
+				n.mu.Lock()
+				n.held = append(n.held, heldRequest{c, h})
+				n.got++
+				n.mu.Unlock()
+				select {
+				case n.gotCh <- struct{}{}:
+				default:
+				}
+				continue
+			}
+		}
+		c.answer(h)
+	}
+}
+
+// answer writes the stub's answer to a request with header h.
+func (c *stubConn) answer(h frame.Header) {
+	var b [frame.HeaderSize + 4]byte
+	out := b[:0]
+	switch h.Opcode {
+	case frame.OpOptions:
+		out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpSupported, Length: 2})
+		out = append(out, 0, 0)
+	case frame.OpStartup:
+		out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpReady})
+	default:
+		out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: 4})
+		out = binary.BigEndian.AppendUint32(out, 1)
+	}
+	c.mu.Lock()
+	c.c.Write(out)
+	c.mu.Unlock()
+}
+
+// waitHeld waits until the node has received n held requests in all.
+func (n *stubNode) waitHeld(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		n.mu.Lock()
+		got := n.got
+		n.mu.Unlock()
+		if got >= want {
+			return
+		}
+		select {
+		case <-n.gotCh:
+		case <-deadline:
+			t.Fatalf("the node received %d held requests, want %d", got, want)
+		}
+	}
+}
+
+// heldNow returns how many requests the node holds unanswered.
+func (n *stubNode) heldNow() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.held)
+}
+
+// release answers up to k of the held requests, oldest first.
+func (n *stubNode) release(k int) {
+	n.mu.Lock()
+	k = min(k, len(n.held))
+	out := append([]heldRequest(nil), n.held[:k]...)
+	n.held = n.held[k:]
+	n.mu.Unlock()
+	for _, r := range out {
+		r.c.answer(r.h)
+	}
+}
+
+func (n *stubNode) close() {
+	n.ln.Close()
+	n.mu.Lock()
+	for c := range n.conns {
+		c.c.Close()
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+// stubQuery is a v4 QUERY frame for text on stream, consistency ONE and no
+// values.
+func stubQuery(stream int16, text string) []byte {
+	body := binary.BigEndian.AppendUint32(nil, uint32(len(text)))
+	body = append(body, text...)
+	body = append(body, 0, 1, 0) // consistency ONE, no flags
+	f := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: stream, Opcode: frame.OpQuery, Length: len(body)})
+	return append(f, body...)
+}
+
+// idleConn opens a connection to addr and completes STARTUP, reading the
+// answer into a small array, so that the client's side costs little.
+func idleConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
+	startup = append(startup, 0, 0)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(startup); err != nil {
+		t.Fatal(err)
+	}
+	var ready [frame.HeaderSize]byte
+	if _, err := io.ReadFull(c, ready[:]); err != nil || frame.Opcode(ready[4]) != frame.OpReady {
+		t.Fatalf("STARTUP through %s: % x %v", addr, ready, err)
+	}
+	c.SetDeadline(time.Time{})
+	return c
+}
+
+// memUse is the heap and goroutine stacks in use after garbage collection.
+// Collecting three times empties sync.Pools, whose contents survive one
+// collection.
+func memUse() (heap, stack uint64) {
+	var m runtime.MemStats
+	for range 3 {
+		runtime.GC()
+	}
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc, m.StackInuse
+}
+
+// idleCost opens n connections to addr, each idle after STARTUP, and returns
+// what they added to the heap and to goroutine stacks, per connection.
+func idleCost(t *testing.T, addr string, n int) (heap, stack float64) {
+	t.Helper()
+	settle(t)
+	heap0, stack0 := memUse()
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = idleConn(t, addr)
+	}
+	// The READY has been written to the client before the proxy's response
+	// path goes back to waiting: let every session get there.
+	time.Sleep(100 * time.Millisecond)
+	heap1, stack1 := memUse()
+	for _, c := range conns {
+		c.Close()
+	}
+	return (float64(heap1) - float64(heap0)) / float64(n), (float64(stack1) - float64(stack0)) / float64(n)
+}
+
+// settle waits for goroutines of connections closed before to end, so that
+// a measurement starts from what remains.
+func settle(t *testing.T) {
+	t.Helper()
+	prev := -1
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		n := runtime.NumGoroutine()
+		if n == prev {
+			return
+		}
+		prev = n
+	}
+}
+
+// An idle connection through the proxy, after STARTUP, costs the proxy
+// little heap: read buffers are taken only while bytes arrive. The figures
+// are logged (go test -run IdleConnectionMemory -v); the bound only catches
+// a return of per-connection read buffers.
+func TestIdleConnectionMemory(t *testing.T) {
+	startStubNode(t, "127.0.0.9:19090")
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.10:19090", []string{"127.0.0.9:19090"}
+	})
+	const n = 200
+	directHeap, directStack := idleCost(t, "127.0.0.9:19090", n)
+	proxiedHeap, proxiedStack := idleCost(t, "127.0.0.10:19090", n)
+	heap, stack := proxiedHeap-directHeap, proxiedStack-directStack
+	t.Logf("per idle connection: proxy heap %.0f B, proxy goroutine stacks %.0f B (direct to the node: heap %.0f B, stacks %.0f B; through the proxy: heap %.0f B, stacks %.0f B)",
+		heap, stack, directHeap, directStack, proxiedHeap, proxiedStack)
+	// With two 16 KiB read buffers held per connection it was 45 KB.
+	if heap > 24<<10 {
+		t.Errorf("an idle connection costs the proxy %.0f B of heap, want under 24 KiB", heap)
+	}
+}
+
+// stubClient is a raw connection to the proxy after STARTUP.
+type stubClient struct {
+	t *testing.T
+	c net.Conn
+	r *frame.Reader
+}
+
+func dialStub(t *testing.T, addr string) *stubClient {
+	t.Helper()
+	c := rawConn(t, addr)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	sc := &stubClient{t: t, c: c, r: frame.NewReader(bufio.NewReader(c), 1<<20)}
+	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
+	sc.write(append(startup, 0, 0))
+	if _, h, err := sc.r.Next(); err != nil || h.Opcode != frame.OpReady {
+		t.Fatalf("STARTUP: %v %v", h.Opcode, err)
+	}
+	return sc
+}
+
+func (c *stubClient) write(f []byte) {
+	c.t.Helper()
+	if _, err := c.c.Write(f); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// next reads the next answer: its stream, and for an ERROR its code and
+// message (code 0 for a RESULT).
+func (c *stubClient) next() (int16, int32, string, error) {
+	f, h, err := c.r.Next()
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if h.Opcode == frame.OpResult {
+		return h.Stream, 0, "", nil
+	}
+	code, msg := errorOf(c.t, h, f[frame.HeaderSize:])
+	return h.Stream, code, msg, nil
+}
+
+// An upstream that takes requests and never answers: after upstream_timeout
+// each waiting request is answered with a server error on its stream, the
+// client connection is closed, and other sessions go on, including idle
+// ones and one that waits longer than the timeout before its request.
+func TestUpstreamTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	node := startStubNode(t, "127.0.0.9:19080")
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.10:19080", []string{"127.0.0.9:19080"}
+		c.UpstreamTimeout = Duration(timeout)
+	})
+	idle := dialStub(t, "127.0.0.10:19080")
+	busy := dialStub(t, "127.0.0.10:19080")
+	stalled := dialStub(t, "127.0.0.10:19080")
+
+	start := time.Now()
+	stalled.write(append(stubQuery(5, "SELECT hold FROM ks.t"), stubQuery(6, "SELECT hold FROM ks.t")...))
+	// Meanwhile another session's requests are answered, for longer than
+	// the timeout.
+	for i := range 20 {
+		busy.write(stubQuery(int16(i), "SELECT v FROM ks.t"))
+		if stream, code, msg, err := busy.next(); err != nil || code != 0 || stream != int16(i) {
+			t.Fatalf("busy session, request %d: stream %d %#x %q %v", i, stream, code, msg, err)
+		}
+		time.Sleep(timeout / 10)
+	}
+	answered := map[int16]bool{}
+	for {
+		stream, code, msg, err := stalled.next()
+		if err != nil {
+			break // the connection is closed after the answers
+		}
+		if code != frame.ErrCodeServer || !strings.Contains(msg, "upstream_timeout") || !strings.Contains(msg, "may or may not have been applied") {
+			t.Errorf("stream %d: %#x %q", stream, code, msg)
+		}
+		answered[stream] = true
+	}
+	took := time.Since(start)
+	if !answered[5] || !answered[6] || len(answered) != 2 {
+		t.Errorf("answered %v, want streams 5 and 6 with a server error", answered)
+	}
+	if took < timeout || took > timeout+timeout/4+2*time.Second {
+		t.Errorf("answered after %v; upstream_timeout is %v", took, timeout)
+	}
+	if n := testutil.ToFloat64(p.metrics.protocolErrors.WithLabelValues("upstream_stalled")); n != 2 {
+		t.Errorf(`reason="upstream_stalled" counted %v times, want 2`, n)
+	}
+	if n := testutil.ToFloat64(p.metrics.protocolErrors.WithLabelValues("upstream_lost")); n != 0 {
+		t.Errorf(`reason="upstream_lost" counted %v times, want 0`, n)
+	}
+
+	// The idle session, silent for longer than the timeout, is still
+	// served, and its silence before a request does not count against the
+	// upstream: a held request is answered after a whole timeout.
+	idle.write(stubQuery(1, "SELECT v FROM ks.t"))
+	if stream, code, msg, err := idle.next(); err != nil || code != 0 || stream != 1 {
+		t.Fatalf("idle session: stream %d %#x %q %v", stream, code, msg, err)
+	}
+	start = time.Now()
+	idle.write(stubQuery(2, "SELECT hold FROM ks.t"))
+	if stream, code, _, err := idle.next(); err != nil || code != frame.ErrCodeServer || stream != 2 {
+		t.Fatalf("idle session's held request: stream %d %#x %v", stream, code, err)
+	}
+	if took := time.Since(start); took < timeout {
+		t.Errorf("held request answered after %v, before upstream_timeout %v", took, timeout)
+	}
+	if node.heldNow() != 3 {
+		t.Errorf("the node holds %d requests, want 3", node.heldNow())
+	}
+}
+
+// At max_in_flight over all connections, the proxy forwards nothing more
+// and reads nothing more from any client until a request is answered;
+// clients held back resume when room frees, and every request is answered
+// once, on its own stream.
+func TestMaxInFlight(t *testing.T) {
+	tests := []struct {
+		name                 string
+		max, perConn         int
+		clients, perClient   int
+		port                 string
+		wantFirst, releaseBy int // requests the node gets before any answer; answered at a time
+	}{
+		{name: "one connection", max: 3, clients: 1, perClient: 7, port: "19081", wantFirst: 3, releaseBy: 1},
+		{name: "over connections", max: 4, clients: 3, perClient: 3, port: "19082", wantFirst: 4, releaseBy: 2},
+		{name: "per connection bound first", max: 5, perConn: 2, clients: 2, perClient: 4, port: "19083", wantFirst: 4, releaseBy: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node := startStubNode(t, "127.0.0.9:"+tt.port)
+			p := startProxy(t, func(c *Config) {
+				c.Listen, c.Upstreams = "127.0.0.10:"+tt.port, []string{"127.0.0.9:" + tt.port}
+				c.MaxInFlight, c.MaxInFlightPerConnection = tt.max, tt.perConn
+			})
+			// STARTUP is a request in flight too: every client starts
+			// before any fills the bound.
+			clients := make([]*stubClient, tt.clients)
+			for i := range clients {
+				clients[i] = dialStub(t, "127.0.0.10:"+tt.port)
+			}
+			for i := range clients {
+				for j := range tt.perClient {
+					clients[i].write(stubQuery(int16(100+j), "SELECT hold FROM ks.t"))
+				}
+			}
+			total := tt.clients * tt.perClient
+			node.waitHeld(t, tt.wantFirst)
+			// Nothing more reaches the node while nothing is answered.
+			time.Sleep(100 * time.Millisecond)
+			if got := node.heldNow(); got != tt.wantFirst {
+				t.Fatalf("the node got %d requests before any answer, want %d", got, tt.wantFirst)
+			}
+			if n := p.inflight.n.Load(); n != int64(tt.wantFirst) {
+				t.Errorf("%d requests in flight, want %d", n, tt.wantFirst)
+			}
+			if tt.wantFirst == tt.max && testutil.ToFloat64(p.metrics.proxyInFlightWaits) < 1 {
+				t.Error("no wait counted at max_in_flight")
+			}
+			// Answers free room, and the clients held back go on.
+			for released := 0; released < total; released += tt.releaseBy {
+				node.release(tt.releaseBy)
+				node.waitHeld(t, min(total, released+tt.releaseBy+tt.wantFirst))
+			}
+			node.release(total)
+			for i, c := range clients {
+				seen := map[int16]bool{}
+				for range tt.perClient {
+					stream, code, msg, err := c.next()
+					if err != nil || code != 0 || seen[stream] {
+						t.Fatalf("client %d: stream %d %#x %q %v (seen before: %v)", i, stream, code, msg, err, seen[stream])
+					}
+					seen[stream] = true
+				}
+			}
+			if n := p.inflight.n.Load(); n != 0 {
+				t.Errorf("%d requests in flight after all were answered", n)
+			}
+		})
+	}
+}
+
+// A client that leaves with requests in flight gives their max_in_flight
+// slots back when its session ends.
+func TestMaxInFlightClientLeaves(t *testing.T) {
+	node := startStubNode(t, "127.0.0.9:19084")
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.10:19084", []string{"127.0.0.9:19084"}
+		c.MaxInFlight = 3
+	})
+	c := dialStub(t, "127.0.0.10:19084")
+	c.write(append(stubQuery(1, "SELECT hold FROM ks.t"), stubQuery(2, "SELECT hold FROM ks.t")...))
+	node.waitHeld(t, 2)
+	c.c.Close()
+	// All three slots are free again: another client gets three requests
+	// to the node.
+	other := dialStub(t, "127.0.0.10:19084")
+	for i := range 3 {
+		other.write(stubQuery(int16(i), "SELECT hold FROM ks.t"))
+	}
+	node.waitHeld(t, 5)
+	node.release(5)
+	for range 3 {
+		if stream, code, msg, err := other.next(); err != nil || code != 0 {
+			t.Fatalf("after the client left: stream %d %#x %q %v", stream, code, msg, err)
+		}
+	}
+	if n := p.inflight.n.Load(); n != 0 {
+		t.Errorf("%d requests in flight, want 0", n)
+	}
+}
+
+// Writers sharing max_buffered_bytes_total: one that holds bytes waits for
+// room; one that holds none may queue a frame even over the bound; bytes
+// written give room back, and every byte arrives in order.
+func TestBufferedBytesTotal(t *testing.T) {
+	var waits atomic.Int32
+	budget := newByteBudget(1000, func() { waits.Add(1) })
+	c1, peer1 := net.Pipe()
+	c2, peer2 := net.Pipe()
+	w1, w2 := newBudgetWriter(c1, 1<<20, budget), newBudgetWriter(c2, 1<<20, budget)
+	defer w1.Close()
+	defer w2.Close()
+	frameOf := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+
+	// The peers read nothing yet: w1's first frame is held being written.
+	if err := w1.Write(frameOf('a', 600)); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- w1.Write(frameOf('b', 600)) }()
+	// w2 holds nothing: its frame goes over the bound without waiting.
+	if err := w2.Write(frameOf('c', 600)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("w1's second frame queued past the bound: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if n := budget.n.Load(); n != 1200 {
+		t.Errorf("budget holds %d bytes, want 1200", n)
+	}
+	read := func(peer net.Conn, n int) []byte {
+		t.Helper()
+		b := make([]byte, n)
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(peer, b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// w1's peer reads: its first frame is written, and room frees.
+	if got := read(peer1, 600); !bytes.Equal(got, frameOf('a', 600)) {
+		t.Fatal("w1: first frame garbled")
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if got := read(peer1, 600); !bytes.Equal(got, frameOf('b', 600)) {
+		t.Fatal("w1: second frame garbled")
+	}
+	if got := read(peer2, 600); !bytes.Equal(got, frameOf('c', 600)) {
+		t.Fatal("w2: frame garbled")
+	}
+	w1.Flush()
+	w2.Flush()
+	for deadline := time.Now().Add(5 * time.Second); budget.n.Load() != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := budget.n.Load(); n != 0 {
+		t.Errorf("budget holds %d bytes after everything was written", n)
+	}
+	if waits.Load() < 1 {
+		t.Error("no wait counted")
+	}
+
+	// A writer waiting on the budget when it closes gives up.
+	w2.Write(frameOf('d', 600)) // held being written: peer2 reads no more
+	w1.Write(frameOf('e', 600)) // over the bound, w1 holding none
+	stuck := make(chan error, 1)
+	go func() { stuck <- w1.Write(frameOf('f', 10)) }()
+	time.Sleep(20 * time.Millisecond)
+	peer1.Close()
+	c1.Close()
+	go w1.Close()
+	select {
+	case err := <-stuck:
+		if err == nil {
+			t.Error("write to a closed writer succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write waiting on the budget did not give up when its writer closed")
+	}
+	peer2.Close()
+}
