@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -51,18 +52,19 @@ func BenchmarkAllow(b *testing.B) {
 // each on partitions of its own and on a clock of its own passed to
 // AllowAt, as the proxy's connections do: "hot" cycles over 4,096
 // partitions per goroutine, "distinct" never repeats a partition. Run it
-// with -cpu 1,2,4... to see scaling. "hot/own-limiter" gives each goroutine
-// a limiter of its own, which shares nothing: the bound for "hot".
+// with -cpu 1,2,4... to see scaling. The "own-limiter" modes give each
+// goroutine a limiter of its own, which shares nothing: the bound on
+// scaling that the shared limiter's design can reach.
 func BenchmarkAllowParallel(b *testing.B) {
 	for _, alg := range algorithms {
-		for _, mode := range []string{"hot", "distinct", "hot/own-limiter"} {
+		for _, mode := range []string{"hot", "distinct", "hot/own-limiter", "distinct/own-limiter"} {
 			b.Run(alg+"/"+mode, func(b *testing.B) {
 				shared, err := New(Config{Algorithm: alg})
 				if err != nil {
 					b.Fatal(err)
 				}
 				mask := int64(4095)
-				if mode == "distinct" {
+				if strings.HasPrefix(mode, "distinct") {
 					mask = -1
 				}
 				var g atomic.Int64
@@ -70,8 +72,8 @@ func BenchmarkAllowParallel(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					base := g.Add(1) << 40
 					l := shared
-					if mode == "hot/own-limiter" {
-						own, err := New(Config{Algorithm: alg, MemoryBytes: 1 << 20})
+					if strings.HasSuffix(mode, "/own-limiter") {
+						own, err := New(Config{Algorithm: alg})
 						if err != nil {
 							b.Error(err)
 							return

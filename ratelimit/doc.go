@@ -6,7 +6,8 @@
 // by token; the memory they use is set once by [Config.MemoryBytes] and does
 // not grow with the number of partitions or tables. A counter is keyed by a
 // partition token and a [Label], which the caller assigns: typically one
-// label for the reads and one for the writes of each table.
+// label for the reads and one for the writes of each table. Decisions take
+// no lock shared between partitions, so that they scale with cores.
 //
 // Two algorithms are available. [AlgorithmScylla] reproduces ScyllaDB's
 // per-partition rate limiter: lossy counting, counters halved at every

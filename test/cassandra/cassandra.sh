@@ -9,6 +9,7 @@
 #   cassandra.sh status         exit 0 if it runs and answers
 #   cassandra.sh pid            print its process id, if it runs
 #   cassandra.sh cqlsh-check    log in as cassandra/cassandra, print release_version
+#   cassandra.sh ca             print the path of the CA certificate (PEM) of the node's TLS
 #
 # Environment (defaults in brackets):
 #   CASSANDRA_ADDR [127.0.0.2]  listen, rpc and seed address (any 127.x works on Linux)
@@ -21,8 +22,12 @@
 #   CASSANDRA_DATA [$CQLGUARD_CACHE/data-<addr>-<port>]  data, cassandra.yaml,
 #                               cassandra.log and cassandra.pid
 # The superuser is cassandra/cassandra (PasswordAuthenticator, CassandraAuthorizer).
+# The native port takes plaintext and TLS clients both (client_encryption_options
+# optional): every launch writes a throwaway CA and a node certificate it signs,
+# for CASSANDRA_ADDR, to $CASSANDRA_DATA/tls; `cassandra.sh ca` prints the CA's
+# path. No client certificate is asked for.
 # Needs Java 17 and Maven (installed with apt-get when missing) and Go (for the
-# login probe in probe/).
+# login probe in probe/ and the certificate writer in certs/).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,6 +46,8 @@ data=${CASSANDRA_DATA:-$cache/data-$addr-$port}
 pidfile="$data/cassandra.pid"
 logfile="$data/cassandra.log"
 probe="$cache/bin/cqlguard-probe"
+certs="$cache/bin/cqlguard-certs"
+tlsdir="$data/tls"
 lockfile="$data.cassandra-sh.lock"
 
 die() { echo "cassandra.sh: $*" >&2; exit 1; }
@@ -144,22 +151,26 @@ running() {
 # port_open host port: something accepts TCP connections there.
 port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
 
-# build_probe (re)builds probe/ when its binary is missing or older than its sources.
-build_probe() {
-  if [ -x "$probe" ] && [ "$probe" -nt "$here/probe/main.go" ] &&
-    [ "$probe" -nt "$root/go.mod" ] && [ "$probe" -nt "$root/go.sum" ]; then
+# build_tool bin pkg what (re)builds the Go command in test/cassandra/pkg into
+# bin when bin is missing or older than its sources.
+build_tool() {
+  local bin=$1 pkg=$2 what=$3
+  if [ -x "$bin" ] && [ "$bin" -nt "$here/$pkg/main.go" ] &&
+    [ "$bin" -nt "$root/go.mod" ] && [ "$bin" -nt "$root/go.sum" ]; then
     return 0
   fi
-  command -v go >/dev/null || die "go is needed to build the login probe (test/cassandra/probe)"
-  mkdir -p "$(dirname "$probe")"
+  command -v go >/dev/null || die "go is needed to build the $what (test/cassandra/$pkg)"
+  mkdir -p "$(dirname "$bin")"
   local out
-  if ! out=$(cd "$root" && go build -o "$probe.tmp.$$" ./test/cassandra/probe 2>&1); then
-    rm -f "$probe.tmp.$$"
+  if ! out=$(cd "$root" && go build -o "$bin.tmp.$$" "./test/cassandra/$pkg" 2>&1); then
+    rm -f "$bin.tmp.$$"
     echo "$out" >&2
-    die "building the login probe (test/cassandra/probe) failed"
+    die "building the $what (test/cassandra/$pkg) failed"
   fi
-  mv -f "$probe.tmp.$$" "$probe"
+  mv -f "$bin.tmp.$$" "$bin"
 }
+
+build_probe() { build_tool "$probe" probe "login probe"; }
 
 # answers: the native port is open and cassandra/cassandra can log in and query.
 answers() {
@@ -172,6 +183,10 @@ answers() {
 
 write_config() {
   mkdir -p "$data/triggers"
+  # A new CA and node certificate on every launch: nothing outlives a run.
+  build_tool "$certs" certs "certificate writer"
+  rm -rf "$tlsdir"
+  "$certs" -dir "$tlsdir" -hosts "$addr,localhost" || die "writing the TLS certificates to $tlsdir failed"
   # num_tokens must not change once a data directory exists.
   cat >"$data/cassandra.yaml" <<YAML
 # Written by test/cassandra/cassandra.sh on every start; edits are lost.
@@ -209,6 +224,14 @@ read_request_timeout: 10000ms
 write_request_timeout: 10000ms
 range_request_timeout: 20000ms
 request_timeout: 20000ms
+client_encryption_options:
+  enabled: true
+  optional: true
+  ssl_context_factory:
+    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
+  keystore: $tlsdir/node.pem
+  truststore: $tlsdir/ca.pem
+  require_client_auth: false
 YAML
   cat >"$data/logback.xml" <<'XML'
 <configuration scan="false">
@@ -396,5 +419,8 @@ case "${1:-}" in
   status) status ;;
   pid) running || die "not running (data $data)"; cat "$pidfile" ;;
   cqlsh-check) cqlsh_check ;;
-  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|wipe|status|pid|cqlsh-check" ;;
+  ca)
+    [ -f "$tlsdir/ca.pem" ] || die "no $tlsdir/ca.pem: start Cassandra (a Cassandra started by an older cassandra.sh has no TLS: stop it first)"
+    echo "$tlsdir/ca.pem" ;;
+  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|wipe|status|pid|cqlsh-check|ca" ;;
 esac

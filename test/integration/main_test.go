@@ -85,6 +85,8 @@ func startProxy(over proxy.Config, opts ...proxy.Option) (func(), error) {
 		cfg.Mode = over.Mode
 	}
 	cfg.Peers = over.Peers
+	cfg.TLS = over.TLS
+	cfg.UpstreamTLS = over.UpstreamTLS
 	// The proxy reads the schema with the test cluster's superuser, so
 	// that it can classify inline statements.
 	cfg.Schema.Username = user
