@@ -695,8 +695,16 @@ func (s *session) serveRequests() error {
 			// driver is told to prepare it again, through the proxy.
 			if unknown != nil {
 				m.protocolErrors.WithLabelValues("unprepared").Inc()
+				s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Hex("id", unknown).Msg("statement not prepared through the proxy; answered Unprepared")
 				s.answerUnprepared(h, unknown)
 				continue
+			}
+		default:
+			// The upstream answers what it does not know in its own words;
+			// the proxy only notes it.
+			if !h.Opcode.Valid() {
+				m.protocolErrors.WithLabelValues("unknown_opcode").Inc()
+				s.log.Info().Int16("stream", h.Stream).Uint8("opcode", uint8(h.Opcode)).Msg("unknown opcode; forwarded for the upstream to answer")
 			}
 		}
 
@@ -804,7 +812,10 @@ func (s *session) serveResponses() error {
 		if ok {
 			s.p.inflight.give(1)
 			m.upstreamLatency.Observe(float64(s.now()-req.start) / 1e9)
-			if req.ddl {
+			// Only a statement that ran can have changed the schema: an
+			// error (say, to garbage CQL sent in a loop) must not keep the
+			// schema loader reloading.
+			if req.ddl && h.Opcode == frame.OpResult {
 				s.p.schema.Refresh()
 			}
 		}
@@ -884,7 +895,8 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	if h.Compressed() {
 		var err error
 		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
-			return nil, nil // forwarded as it is: the upstream will say what is wrong
+			s.unclassified(h, err)
+			return nil, nil
 		}
 	}
 	body = skipRequestPrefix(body, h)
@@ -893,6 +905,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	case frame.OpQuery:
 		q, err := frame.ParseQuery(body, h.Version)
 		if err != nil {
+			s.unclassified(h, err)
 			return nil, nil
 		}
 		req.reply = tableOf(q.Text)
@@ -900,6 +913,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	case frame.OpPrepare:
 		q, err := frame.QueryString(body)
 		if err != nil {
+			s.unclassified(h, err)
 			return nil, nil
 		}
 		req.reply, req.table = replyPrepared, tableOf(q)
@@ -908,6 +922,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	case frame.OpExecute:
 		q, err := frame.ParseExecute(body, h.Version)
 		if err != nil {
+			s.unclassified(h, err)
 			return nil, nil
 		}
 		p := s.p.prepared.get(q.ID)
@@ -920,11 +935,19 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	case frame.OpBatch:
 		b, err := frame.ParseBatch(body, h.Version)
 		if err != nil {
+			s.unclassified(h, err)
 			return nil, nil
 		}
 		return s.class.batch(&b, s.p.prepared, snap)
 	}
 	return nil, nil
+}
+
+// unclassified notes a request whose body the proxy cannot decode. It is
+// forwarded as it is and never limited: the upstream says what is wrong.
+func (s *session) unclassified(h frame.Header, err error) {
+	s.p.metrics.protocolErrors.WithLabelValues("bad_request_body").Inc()
+	s.log.Info().Err(err).Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request body not understood; forwarded unclassified")
 }
 
 // skipRequestPrefix skips the tracing-free prefix a request body may carry:
