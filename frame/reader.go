@@ -29,7 +29,7 @@ var ErrCorrupt = errors.New("frame: corrupt stream")
 type Reader struct {
 	br   *bufio.Reader
 	max  int
-	buf  []byte         // frames read whole or assembled from several segments
+	buf  []byte         // frames up to keepMax read whole or assembled from segments
 	segs *SegmentReader // nil before the v5 handshake completes
 	rest []byte         // frames still unread in the current self-contained segment
 	// started is set from a frame's first byte until Next returns it.
@@ -108,15 +108,34 @@ func (r *Reader) Next() ([]byte, Header, error) {
 		}
 		return nil, h, &TooLargeError{Header: h, Max: r.max}
 	}
-	n := HeaderSize + h.Length
-	r.buf = grow(r.buf, n)
-	if _, err := io.ReadFull(r.br, r.buf); err != nil {
+	f := r.frameBuf(HeaderSize + h.Length)
+	if _, err := io.ReadFull(r.br, f); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return nil, h, fmt.Errorf("reading %s frame body: %w", h.Opcode, err)
 	}
-	return r.buf, h, nil
+	return f, h, nil
+}
+
+// keepMax is the largest frame buffer a Reader keeps from one frame to the
+// next. A larger frame gets a buffer of its own, which the reader forgets
+// once it has returned it: a connection that carried one large frame would
+// otherwise hold that much, up to the maximum, for as long as it stays
+// open, idle or not.
+const keepMax = 64 << 10
+
+// frameBuf returns n bytes for one frame: the reader's buffer, grown if
+// need be but never past keepMax, or for a larger frame a buffer of its own.
+// Either way the caller may keep the frame until the next call to Next.
+func (r *Reader) frameBuf(n int) []byte {
+	if n > keepMax {
+		return make([]byte, n)
+	}
+	if cap(r.buf) < n {
+		r.buf = make([]byte, n, min(max(n, 2*cap(r.buf)), keepMax))
+	}
+	return r.buf[:n]
 }
 
 func (r *Reader) nextFromSegments() ([]byte, Header, error) {
@@ -157,8 +176,14 @@ func (r *Reader) assemble(first []byte) ([]byte, Header, error) {
 	}
 	n := HeaderSize + h.Length
 	tooLarge := h.Length > r.max
+	// A large frame grows as its segments arrive, not by what its header
+	// claims, and is not kept (frameBuf).
+	var f []byte
 	if !tooLarge {
-		r.buf = append(r.buf[:0], first...)
+		if n <= keepMax {
+			f = r.frameBuf(n)[:0]
+		}
+		f = append(f, first...)
 	}
 	got := len(first)
 	for got < n {
@@ -171,7 +196,7 @@ func (r *Reader) assemble(first []byte) ([]byte, Header, error) {
 		}
 		got += len(payload)
 		if !tooLarge {
-			r.buf = append(r.buf, payload...)
+			f = append(f, payload...)
 		}
 	}
 	if got != n {
@@ -180,7 +205,7 @@ func (r *Reader) assemble(first []byte) ([]byte, Header, error) {
 	if tooLarge {
 		return nil, h, &TooLargeError{Header: h, Max: r.max}
 	}
-	return r.buf, h, nil
+	return f, h, nil
 }
 
 // grow returns b resized to n bytes, reallocating only when it must.

@@ -103,6 +103,63 @@ func TestReaderNoAllocation(t *testing.T) {
 	}
 }
 
+// A large frame does not stay with the reader once returned: a connection
+// that carried one holds no more than keepMax afterwards, and frames of the
+// usual size still reuse the buffer it kept.
+func TestReaderGivesBackLargeFrames(t *testing.T) {
+	small := frameBytes(5, 1, OpQuery, make([]byte, 200))
+	medium := frameBytes(5, 2, OpQuery, make([]byte, keepMax-HeaderSize))
+	large := frameBytes(5, 3, OpQuery, bytes.Repeat([]byte("large"), 200_000))
+	for _, tc := range []struct {
+		name                 string
+		segments, compressed bool
+	}{
+		{"plain", false, false},
+		{"segments", true, false},
+		{"lz4 segments", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frames := [][]byte{small, large, small, medium, large, medium}
+			var in []byte
+			for _, f := range frames {
+				if tc.segments {
+					in = NewSegmentWriter(tc.compressed).AppendFrames(in, f)
+				} else {
+					in = append(in, f...)
+				}
+			}
+			const smalls = 100
+			for range smalls {
+				if tc.segments {
+					in = NewSegmentWriter(tc.compressed).AppendFrames(in, small)
+				} else {
+					in = append(in, small...)
+				}
+			}
+			r := NewReader(bufio.NewReader(bytes.NewReader(in)), 4<<20)
+			if tc.segments {
+				r.UseSegments(tc.compressed)
+			}
+			for i, want := range frames {
+				f, _, err := r.Next()
+				if err != nil || !bytes.Equal(f, want) {
+					t.Fatalf("frame %d: %v (len %d, want %d)", i, err, len(f), len(want))
+				}
+				if cap(r.buf) > keepMax {
+					t.Fatalf("after frame %d of %d bytes the reader keeps %d bytes, want at most %d", i, len(f), cap(r.buf), keepMax)
+				}
+			}
+			if n := testing.AllocsPerRun(smalls-1, func() {
+				if _, _, err := r.Next(); err != nil {
+					t.Fatal(err)
+				}
+			}); n != 0 {
+				t.Errorf("%v allocations per small frame after large ones", n)
+			}
+		})
+	}
+}
+
 func BenchmarkReaderPlain(b *testing.B) {
 	one := frameBytes(4, 1, OpExecute, make([]byte, 100))
 	in := bytes.Repeat(one, 1000)

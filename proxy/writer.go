@@ -17,6 +17,11 @@ var errWriterClosed = errors.New("connection closed")
 // flush loop, so a burst of small frames costs one syscall. The pending
 // buffer is bounded: a peer that stops reading blocks the producers, which
 // stops the proxy reading from the other side instead of buffering.
+//
+// The flush loop runs only while there is something to write: the Write
+// that finds it stopped starts it, and it ends once it has written
+// everything queued, so that an idle connection, the many a driver keeps
+// open, costs no goroutine for its writers.
 type writer struct {
 	conn   net.Conn
 	max    int         // pending bytes past which Write blocks
@@ -27,18 +32,20 @@ type writer struct {
 	stopped atomic.Bool
 
 	mu      sync.Mutex
-	wake    sync.Cond // pending gained frames, or closed
-	room    sync.Cond // pending was taken, or closed
+	room    sync.Cond // pending was taken, the flush loop ended, or closed
 	pending []byte
 	raw     int                  // pending[:raw] is written as plain frames, even when segs is set
 	segs    *frame.SegmentWriter // v5 framing, once the handshake switched to it
 	err     error
 	closed  bool
 	busy    bool // the flush loop is writing
+	running bool // the flush loop's goroutine has started and not ended
 
+	// Owned by the flush loop; the goroutine of one run hands them to the
+	// next through mu.
 	spare []byte // the buffer the flush loop writes from, swapped with pending
 	wire  []byte // segments built from spare in v5 mode
-	done  chan struct{}
+	run   func() // w.loop, made once so that starting it allocates nothing
 }
 
 func newWriter(conn net.Conn, maxPending int) *writer {
@@ -48,10 +55,9 @@ func newWriter(conn net.Conn, maxPending int) *writer {
 // newBudgetWriter returns a writer that also takes what it holds from
 // budget, when that is not nil.
 func newBudgetWriter(conn net.Conn, maxPending int, budget *byteBudget) *writer {
-	w := &writer{conn: conn, max: maxPending, budget: budget, done: make(chan struct{})}
-	w.wake.L = &w.mu
+	w := &writer{conn: conn, max: maxPending, budget: budget}
 	w.room.L = &w.mu
-	go w.loop()
+	w.run = w.loop
 	return w
 }
 
@@ -85,7 +91,10 @@ func (w *writer) Write(f []byte) error {
 	if w.segs == nil {
 		w.raw = len(w.pending)
 	}
-	w.wake.Signal()
+	if !w.running {
+		w.running = true
+		go w.run()
+	}
 	w.mu.Unlock()
 	return nil
 }
@@ -110,15 +119,19 @@ func (w *writer) Flush() {
 	w.mu.Unlock()
 }
 
-// Close stops the writer after it has written what is pending, and waits.
+// Close stops the writer after it has written what is pending, and waits
+// for that.
 func (w *writer) Close() {
 	w.mu.Lock()
 	w.closed = true
-	w.wake.Broadcast()
 	w.room.Broadcast()
 	w.mu.Unlock()
 	w.stop()
-	<-w.done
+	w.mu.Lock()
+	for w.running {
+		w.room.Wait()
+	}
+	w.mu.Unlock()
 }
 
 // stop lets a Write waiting on the budget go on, to find the writer closed.
@@ -137,14 +150,19 @@ func (w *writer) release(n int) {
 	}
 }
 
+// loop is the flush loop: it writes what is pending until nothing is, then
+// ends.
 func (w *writer) loop() {
-	defer close(w.done)
 	for {
 		w.mu.Lock()
-		for len(w.pending) == 0 && !w.closed {
-			w.wake.Wait()
-		}
 		if len(w.pending) == 0 {
+			// Idle until the next Write: keep no more than a connection
+			// of small frames needs.
+			w.pending = shrink(w.pending, keepIdle)
+			w.spare = shrink(w.spare, keepIdle)
+			w.wire = shrink(w.wire, keepIdle)
+			w.running = false
+			w.room.Broadcast() // for Close
 			w.mu.Unlock()
 			return
 		}
@@ -167,10 +185,14 @@ func (w *writer) loop() {
 			w.closed = true
 			dropped := len(w.pending)
 			w.pending = w.pending[:0]
-			w.room.Broadcast()
 			w.mu.Unlock()
 			w.release(len(w.spare) + dropped)
 			w.stop()
+			w.mu.Lock()
+			w.busy = false
+			w.running = false
+			w.room.Broadcast()
+			w.mu.Unlock()
 			return
 		}
 		w.mu.Lock()
@@ -178,19 +200,27 @@ func (w *writer) loop() {
 		w.room.Broadcast()
 		w.mu.Unlock()
 		w.release(len(w.spare))
-		// A burst may have grown the buffers; give large ones back so that
-		// idle connections stay small.
-		if cap(w.spare) > shrinkAbove {
-			w.spare = nil
-		}
-		if cap(w.wire) > shrinkAbove {
-			w.wire = nil
-		}
+		// A batch may have grown the buffers up to max_buffered_bytes;
+		// give large ones back.
+		w.spare = shrink(w.spare, keepBusy)
+		w.wire = shrink(w.wire, keepBusy)
 	}
 }
 
-// shrinkAbove is the buffer capacity a writer keeps between bursts.
-const shrinkAbove = 256 << 10
+// The buffer capacity a writer keeps from one batch to the next while
+// frames keep coming, and once it has written everything.
+const (
+	keepBusy = 256 << 10
+	keepIdle = 64 << 10
+)
+
+// shrink returns b, or nil if its capacity is over keep.
+func shrink(b []byte, keep int) []byte {
+	if cap(b) > keep {
+		return nil
+	}
+	return b
+}
 
 // byteBudget is max_buffered_bytes_total: the bytes queued or being written
 // over all of a proxy's writers. Past it a writer that holds bytes waits

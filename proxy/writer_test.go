@@ -79,3 +79,136 @@ func TestWriterSwitchesToSegments(t *testing.T) {
 	peer.Close()
 	w.Close()
 }
+
+// The flush loop's goroutine runs only while frames wait to be written:
+// an idle writer has none, nor large buffers, and the next Write starts it
+// again.
+func TestWriterLoopOnlyWhileWriting(t *testing.T) {
+	c, peer := tcpPair(t, "127.0.0.13:19121")
+	w := newWriter(c, 1<<20)
+	defer w.Close()
+	running := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running
+	}
+	if running() {
+		t.Fatal("flush loop running before the first Write")
+	}
+	small := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 4})
+	small = append(small, 0, 0, 0, 1)
+	large := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 100_000})
+	large = append(large, make([]byte, 100_000)...)
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// Large frames one at a time: batches a busy writer would keep.
+	for round, f := range [][]byte{small, large, small, large} {
+		n := 20
+		if len(f) > keepIdle {
+			n = 1
+		}
+		for range n {
+			if err := w.Write(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b := make([]byte, n*len(f))
+		if _, err := io.ReadFull(peer, b); err != nil || !bytes.Equal(b, bytes.Repeat(f, n)) {
+			t.Fatalf("round %d: frames arrived changed (%v)", round, err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for running() {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: flush loop still running with nothing to write", round)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// Idle, the writer keeps no large buffers.
+		w.mu.Lock()
+		held := cap(w.pending) + cap(w.spare) + cap(w.wire)
+		w.mu.Unlock()
+		if held > keepIdle {
+			t.Fatalf("round %d: an idle writer holds %d bytes of buffers", round, held)
+		}
+	}
+}
+
+// Close waits for the flush loop to write what is queued.
+func TestWriterCloseWaitsForLoop(t *testing.T) {
+	client, peer := net.Pipe()
+	defer peer.Close()
+	w := newWriter(client, 1<<20)
+	f := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 4})
+	f = append(f, 0, 0, 0, 1)
+	if err := w.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		w.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned before the queued frame was written")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b := make([]byte, len(f))
+	if _, err := io.ReadFull(peer, b); err != nil || !bytes.Equal(b, f) {
+		t.Fatalf("got % x, want % x (%v)", b, f, err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once the frame was written")
+	}
+	if err := w.Write(f); err == nil {
+		t.Fatal("Write after Close succeeded")
+	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection on addr.
+func tcpPair(tb testing.TB, addr string) (net.Conn, net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	peer := <-accepted
+	if peer == nil {
+		tb.Fatal("accept failed")
+	}
+	tb.Cleanup(func() { c.Close(); peer.Close() })
+	return c, peer
+}
+
+// BenchmarkWriterRoundTrip writes one frame at a time and waits for the
+// peer to echo it, as a request-response client makes the proxy do: each
+// frame finds the writer idle.
+func BenchmarkWriterRoundTrip(b *testing.B) {
+	c, peer := tcpPair(b, "127.0.0.13:19120")
+	go io.Copy(peer, peer)
+	w := newWriter(c, 1<<20)
+	defer w.Close()
+	f := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 4})
+	f = append(f, 0, 0, 0, 1)
+	back := make([]byte, len(f))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := w.Write(f); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, back); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
