@@ -44,6 +44,14 @@ type Decompressor struct {
 	buf []byte
 }
 
+// Release gives back a buffer a large body grew, so that a connection
+// idle after one does not keep it.
+func (d *Decompressor) Release() {
+	if cap(d.buf) > 64<<10 {
+		d.buf = nil
+	}
+}
+
 // Body returns the decompressed body, valid until the next call. A body
 // that claims more than max bytes is refused before anything is allocated.
 func (d *Decompressor) Body(c Compression, body []byte, max int) ([]byte, error) {

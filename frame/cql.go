@@ -100,6 +100,16 @@ type Recognizer struct {
 	marker int // next positional marker index
 }
 
+// Release drops the Recognizer's references into the text it last parsed,
+// keeping its buffers, so that a large request can be freed while its
+// connection is idle.
+func (r *Recognizer) Release() {
+	r.lex = lexer{}
+	clear(r.terms[:cap(r.terms)])
+	clear(r.rs[:cap(r.rs)])
+	r.stmt = Statement{}
+}
+
 // Recognize parses q, the text of a QUERY, PREPARE or of one statement of
 // an inline batch.
 func (r *Recognizer) Recognize(q []byte) *Statement {

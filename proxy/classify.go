@@ -96,6 +96,22 @@ func (c *classifier) reset() {
 	c.keys = c.keys[:0]
 }
 
+// release drops what the classifier holds of the last request, which may
+// point into its frame, and the scratch space a large request grew, so that
+// an idle connection does not keep a large request alive.
+func (c *classifier) release() {
+	c.rec.Release()
+	clear(c.c.Partitions[:cap(c.c.Partitions)])
+	c.c = Classification{Partitions: c.c.Partitions[:0]}
+	if cap(c.keys) > largeFrame {
+		c.keys = nil
+	}
+	if cap(c.comps) > largeFrame {
+		c.comps = nil
+	}
+	c.key = schema.KeyBuilder{}
+}
+
 // isInternal reports whether keyspace is one of Cassandra's or ScyllaDB's
 // own (system, system_schema, system_auth, ...).
 func isInternal(keyspace []byte) bool {

@@ -394,10 +394,14 @@ type session struct {
 	compression    frame.Compression // negotiated in STARTUP
 	rateLimitOptIn bool              // the driver asked for the rate-limit error
 
-	decomp      frame.Decompressor // request path only
-	class       classifier         // request path only
-	reqScratch  []byte             // answers written by the request path
-	respScratch []byte             // answers written by the response path
+	decomp frame.Decompressor // request path only
+	// heldLarge is set once the classifier or decomp may hold on to a
+	// request larger than largeFrame, which they must let go of before the
+	// connection idles. Request path only.
+	heldLarge   bool
+	class       classifier // request path only
+	reqScratch  []byte     // answers written by the request path
+	respScratch []byte     // answers written by the response path
 	closing     sync.Once
 	clientGone  atomic.Bool // the request path ended on the client's side
 	// stopped is set when the session closes, for a request path waiting
@@ -539,6 +543,11 @@ func (s *session) upstreamStalled(timeout time.Duration) {
 	s.upstream.Close()
 }
 
+// largeFrame is the size past which a request is not kept alive by an
+// idle connection (see classifier.release), as frame.Reader does not keep
+// the buffers of frames past 64 KiB.
+const largeFrame = 64 << 10
+
 // errForward wraps the request path's errors that come from the upstream
 // side, after which the client is still there to be answered.
 var errForward = errors.New("forwarding")
@@ -632,6 +641,11 @@ func (s *session) serveRequests() error {
 		// dropped, so the driver's request never waits for nothing. With
 		// nothing buffered, wait for the client without a read buffer.
 		if s.fromClient.Buffered() == 0 {
+			if s.heldLarge {
+				s.class.release()
+				s.decomp.Release()
+				s.heldLarge = false
+			}
 			s.clientIn.park()
 			s.clientIn.wait()
 		}
@@ -664,6 +678,7 @@ func (s *session) serveRequests() error {
 			return err
 		}
 		m.frame(dirRequest, h.Opcode, len(f))
+		s.heldLarge = s.heldLarge || len(f) > largeFrame
 		if h.Response {
 			m.protocolErrors.WithLabelValues("response_from_client").Inc()
 			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request frame with the response bit set")
@@ -898,6 +913,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			s.unclassified(h, err)
 			return nil, nil
 		}
+		s.heldLarge = s.heldLarge || len(body) > largeFrame
 	}
 	body = skipRequestPrefix(body, h)
 	snap := s.p.schema.Current()

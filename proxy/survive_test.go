@@ -270,6 +270,42 @@ func TestIdleConnectionMemory(t *testing.T) {
 	}
 }
 
+// A connection that sent one large request and went idle does not keep
+// that request alive: neither the frame reader nor the classifier, which
+// parsed it, holds on to it.
+func TestIdleAfterLargeRequest(t *testing.T) {
+	startStubNode(t, "127.0.0.9:19091")
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.10:19091", []string{"127.0.0.9:19091"}
+	})
+	const n, size = 20, 512 << 10
+	// A statement the classifier recognizes, with a literal it keeps a
+	// reference to while parsing.
+	large := stubQuery(1, "SELECT * FROM ks.t WHERE k = '"+strings.Repeat("x", size)+"'")
+	clients := make([]*stubClient, n)
+	for i := range clients {
+		clients[i] = dialStub(t, "127.0.0.10:19091")
+	}
+	settle(t)
+	before, _ := memUse()
+	for _, c := range clients {
+		c.write(large)
+		if _, code, msg, err := c.next(); err != nil || code != 0 {
+			t.Fatalf("large query: %d %q %v", code, msg, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // every session back to waiting
+	after, _ := memUse()
+	per := (float64(after) - float64(before)) / n
+	t.Logf("per connection idle after a %d KiB request: %.0f B more heap", size>>10, per)
+	if per > 64<<10 {
+		t.Errorf("a connection idle after a %d KiB request holds %.0f B more heap, want under 64 KiB", size>>10, per)
+	}
+	for _, c := range clients {
+		c.c.Close()
+	}
+}
+
 // stubClient is a raw connection to the proxy after STARTUP.
 type stubClient struct {
 	t *testing.T
