@@ -34,6 +34,42 @@ type Reader struct {
 	rest []byte         // frames still unread in the current self-contained segment
 	// started is set from a frame's first byte until Next returns it.
 	started bool
+	budget  Budget // nil: large frames take nothing
+	held    int    // what the last frame took from budget
+}
+
+// A Budget bounds the memory that frames over 64 KiB take, over many
+// Readers. Take returns when n bytes are available, or with an error after
+// which the Reader's stream is abandoned; Give gives back what Take took.
+type Budget interface {
+	Take(n int) error
+	Give(n int)
+}
+
+// SetBudget makes the Reader take a frame over 64 KiB from b before reading
+// it, and give it back on the next call to Next or on Release. Frames up to
+// 64 KiB read into the Reader's own buffer and take nothing.
+func (r *Reader) SetBudget(b Budget) { r.budget = b }
+
+// Release gives back to the budget what the last frame took, once the
+// caller is done with it and will not call Next again.
+func (r *Reader) Release() {
+	if r.held > 0 {
+		r.budget.Give(r.held)
+		r.held = 0
+	}
+}
+
+// take takes n bytes from the budget for a frame over keepMax.
+func (r *Reader) take(n int) error {
+	if r.budget == nil {
+		return nil
+	}
+	if err := r.budget.Take(n); err != nil {
+		return err
+	}
+	r.held = n
+	return nil
 }
 
 // NewReader returns a Reader of frames whose bodies are at most maxBody bytes.
@@ -68,6 +104,8 @@ func (r *Reader) Segmented() bool { return r.segs != nil }
 // *TooLargeError (skipped; the stream is usable), io errors, and errors
 // wrapping ErrCorrupt or segment errors after which the stream is unusable.
 func (r *Reader) Next() ([]byte, Header, error) {
+	// The caller is done with the last frame.
+	r.Release()
 	// Waiting for a frame's first byte is waiting for the peer; after it,
 	// for the rest of the frame (Started). Frames left in the current
 	// segment need no wait.
@@ -108,7 +146,13 @@ func (r *Reader) Next() ([]byte, Header, error) {
 		}
 		return nil, h, &TooLargeError{Header: h, Max: r.max}
 	}
-	f := r.frameBuf(HeaderSize + h.Length)
+	n := HeaderSize + h.Length
+	if n > keepMax {
+		if err := r.take(n); err != nil {
+			return nil, h, err
+		}
+	}
+	f := r.frameBuf(n)
 	if _, err := io.ReadFull(r.br, f); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -182,6 +226,8 @@ func (r *Reader) assemble(first []byte) ([]byte, Header, error) {
 	if !tooLarge {
 		if n <= keepMax {
 			f = r.frameBuf(n)[:0]
+		} else if err := r.take(n); err != nil {
+			return nil, h, err
 		}
 		f = append(f, first...)
 	}

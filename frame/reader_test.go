@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -241,5 +243,68 @@ func TestCompressorRoundTrip(t *testing.T) {
 	}
 	if _, err := ParseCompression("zstd"); err == nil {
 		t.Error("unknown compression accepted")
+	}
+}
+
+// budgetLog is a Budget that records what is taken and given back, and
+// refuses once refuse is set.
+type budgetLog struct {
+	held, took int
+	refuse     bool
+}
+
+func (b *budgetLog) Take(n int) error {
+	if b.refuse {
+		return errors.New("budget closed")
+	}
+	b.held += n
+	b.took++
+	return nil
+}
+
+func (b *budgetLog) Give(n int) { b.held -= n }
+
+// A frame over 64 KiB takes its size from the budget before it is read and
+// gives it back on the next Next or on Release; smaller frames take nothing;
+// a refused Take is Next's error.
+func TestReaderBudget(t *testing.T) {
+	small := frameBytes(5, 1, OpQuery, make([]byte, 200))
+	// Over a v5 segment's payload too, so that it is assembled, not read in
+	// place from the segment reader's buffer.
+	large := frameBytes(5, 2, OpQuery, make([]byte, 200_000))
+	for _, segments := range []bool{false, true} {
+		t.Run(fmt.Sprintf("segments=%v", segments), func(t *testing.T) {
+			var in []byte
+			for _, f := range [][]byte{small, large, small, large, large} {
+				if segments {
+					in = NewSegmentWriter(false).AppendFrames(in, f)
+				} else {
+					in = append(in, f...)
+				}
+			}
+			b := &budgetLog{}
+			r := NewReader(bufio.NewReader(bytes.NewReader(in)), 1<<20)
+			r.SetBudget(b)
+			if segments {
+				r.UseSegments(false)
+			}
+			steps := []struct{ held, took int }{{0, 0}, {len(large), 1}, {0, 1}, {len(large), 2}}
+			for i, want := range steps {
+				if _, _, err := r.Next(); err != nil {
+					t.Fatalf("frame %d: %v", i, err)
+				}
+				if b.held != want.held || b.took != want.took {
+					t.Fatalf("after frame %d: %d bytes held over %d takes, want %d over %d", i, b.held, b.took, want.held, want.took)
+				}
+			}
+			r.Release()
+			if b.held != 0 {
+				t.Fatalf("after Release: %d bytes held", b.held)
+			}
+			b.refuse = true
+			if _, _, err := r.Next(); err == nil || !strings.Contains(err.Error(), "budget closed") {
+				t.Fatalf("refused budget: Next returned %v", err)
+			}
+		})
 	}
 }

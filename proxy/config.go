@@ -49,6 +49,16 @@ type Config struct {
 	// MaxFrameBytes is the largest frame body accepted in either direction;
 	// larger frames are answered with a protocol error without being buffered.
 	MaxFrameBytes int `yaml:"max_frame_bytes"`
+	// MaxFrameBytesTotal bounds the bytes of frames over 64 KiB being read
+	// or handled at once, over all connections and both directions: each
+	// connection holds at most one frame per direction, but thousands of
+	// connections each reading a frame of max_frame_bytes would be
+	// gigabytes. A frame that would pass it waits before it is read, and
+	// its connection with it (back-pressure), unless no large frame is held
+	// at all, so that a frame larger than the bound still goes through,
+	// alone. Frames up to 64 KiB are read into each connection's own buffer
+	// and do not count. 0 means no bound.
+	MaxFrameBytesTotal ByteSize `yaml:"max_frame_bytes_total"`
 	// MaxBufferedBytes bounds the bytes waiting to be written to one socket;
 	// past it the proxy stops reading the other side (back-pressure). A
 	// socket can hold up to twice this: one batch being written while the
@@ -283,6 +293,7 @@ func DefaultConfig() Config {
 		MaxInFlightPerConnection: 2048,
 		MaxInFlight:              defaultMaxInFlight,
 		MaxBufferedBytesTotal:    256 << 20,
+		MaxFrameBytesTotal:       256 << 20,
 		UpstreamTimeout:          Duration(90 * time.Second),
 		FrameTimeout:             Duration(30 * time.Second),
 		DialTimeout:              Duration(5 * time.Second),
@@ -478,6 +489,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInFlight < 0 {
 		return fmt.Errorf("max_in_flight: %d must not be negative", c.MaxInFlight)
+	}
+	if c.MaxFrameBytesTotal < 0 {
+		return fmt.Errorf("max_frame_bytes_total: %d must not be negative", c.MaxFrameBytesTotal)
 	}
 	if c.MaxBufferedBytesTotal != 0 && c.MaxBufferedBytesTotal < 64<<10 {
 		return fmt.Errorf("max_buffered_bytes_total: %d is under 64 KiB (0 means no bound)", c.MaxBufferedBytesTotal)

@@ -52,6 +52,13 @@ func TestLoadConfig(t *testing.T) {
 		{name: "negative in-flight bound", text: "max_in_flight_per_connection: -1\n", wantErr: "max_in_flight_per_connection"},
 		{name: "negative proxy in-flight bound", text: "max_in_flight: -1\n", wantErr: "max_in_flight:"},
 		{name: "tiny buffered total", text: "max_buffered_bytes_total: 1KiB\n", wantErr: "max_buffered_bytes_total"},
+		{name: "negative frame total", text: "max_frame_bytes_total: -1\n", wantErr: `cqlguard.yaml:1: "-1" is not a size`},
+		{name: "frame total", text: "max_frame_bytes_total: 1GiB\n",
+			check: func(t *testing.T, c Config) {
+				if c.MaxFrameBytesTotal != 1<<30 {
+					t.Errorf("got max_frame_bytes_total %d", c.MaxFrameBytesTotal)
+				}
+			}},
 		{name: "negative upstream timeout", text: "upstream_timeout: -1s\n", wantErr: "upstream_timeout"},
 		{name: "load bounds", text: "max_in_flight: 0\nmax_buffered_bytes_total: 64MiB\nupstream_timeout: 2m\n",
 			check: func(t *testing.T, c Config) {

@@ -33,6 +33,7 @@ type Metrics struct {
 	inFlightWaits      prometheus.Counter
 	proxyInFlightWaits prometheus.Counter
 	bufferWaits        prometheus.Counter
+	frameWaits         prometheus.Counter
 	// rejections are by keyspace, table, op and outcome ("rejected" or
 	// "dry_run"); resolved per rejection, which is off the forwarding path.
 	rejections *prometheus.CounterVec
@@ -59,6 +60,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bufferWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cqlguard_buffered_bytes_waits_total",
 			Help: "Times a write to a socket waited because max_buffered_bytes_total bytes were queued over all sockets; the proxy reads nothing more from the other side meanwhile."}),
+		frameWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_frame_bytes_waits_total",
+			Help: "Times a frame over 64 KiB waited to be read because max_frame_bytes_total bytes of such frames were held over all connections; its connection is not read meanwhile."}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_rate_limit_rejections_total",
 			Help: "Requests over a partition's limit, by keyspace, table, op and outcome (rejected, or dry_run: counted but forwarded)."},
@@ -87,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
-		m.protocolErrors, m.filteredEvents, waits, m.bufferWaits, m.rejections, frames, bytes)
+		m.protocolErrors, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes)
 	return m
 }
 
@@ -109,6 +113,10 @@ func registerLoadGauges(reg prometheus.Registerer, p *Proxy) {
 			Name: "cqlguard_requests_in_flight",
 			Help: "Requests forwarded upstream and not answered yet, over all client connections (bounded by max_in_flight)."},
 			func() float64 { return float64(p.inflight.n.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cqlguard_frame_bytes",
+			Help: "Bytes of frames over 64 KiB being read or handled, over all connections (bounded by max_frame_bytes_total)."},
+			func() float64 { return float64(p.frames.n.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cqlguard_buffered_bytes",
 			Help: "Bytes queued or being written to sockets, over all connections (bounded by max_buffered_bytes_total); 0 when that is 0."},

@@ -51,6 +51,8 @@ type Proxy struct {
 	// is 0; buffered is max_buffered_bytes_total, nil when that is 0.
 	inflight *bound
 	buffered *byteBudget
+	// frames is max_frame_bytes_total, and counts when that is 0.
+	frames *bound
 	// reads are the connections' read buffers, held while bytes arrive.
 	reads readBuffers
 	// hot tracks the busiest partitions for /hot; nil when turned off.
@@ -115,6 +117,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 		stopBg:   func() {},
 		inflight: newBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
 	}
+	p.frames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	if cfg.MaxBufferedBytesTotal > 0 {
 		p.buffered = newByteBudget(int64(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
 	}
@@ -439,9 +442,31 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 		handshake:         make(chan bool, 1),
 	}
 	guard.frames = s.fromClient
+	s.fromClient.SetBudget(frameBudget{s, guard})
+	s.fromUpstream.SetBudget(frameBudget{s, nil})
 	s.room.L = &s.mu
 	return s
 }
+
+// frameBudget is max_frame_bytes_total as one side of a session reads it.
+type frameBudget struct {
+	s     *session
+	guard *stallGuard // the client side's; nil for the upstream side
+}
+
+// Take waits for room for a large frame. Its wait is the proxy's, not the
+// client's: the frame's frame_timeout starts again once there is room.
+func (b frameBudget) Take(n int) error {
+	if !b.s.p.frames.take(int64(n), &b.s.stopped) {
+		return net.ErrClosed
+	}
+	if b.guard != nil {
+		b.guard.rearm()
+	}
+	return nil
+}
+
+func (b frameBudget) Give(n int) { b.s.p.frames.give(n) }
 
 // stallGuard is a client connection as the request path reads it: once a
 // frame has begun to arrive, the rest must come within timeout, else the
@@ -452,6 +477,14 @@ type stallGuard struct {
 	frames  *frame.Reader // reads through the guard
 	timeout time.Duration
 	armed   bool // a read deadline is set
+}
+
+// rearm makes the next read of a started frame set a fresh deadline.
+func (g *stallGuard) rearm() {
+	if g.armed {
+		g.Conn.SetReadDeadline(time.Time{})
+		g.armed = false
+	}
 }
 
 func (g *stallGuard) Read(b []byte) (int, error) {
@@ -516,6 +549,8 @@ func (s *session) giveBack() {
 	s.streams.inflight = 0
 	s.mu.Unlock()
 	s.p.inflight.give(n)
+	s.fromClient.Release()
+	s.fromUpstream.Release()
 }
 
 // quiet is called by the watchdog on each tick; it returns for how many
@@ -572,6 +607,7 @@ func (s *session) close() {
 		s.mu.Unlock()
 		s.stopped.Store(true)
 		s.p.inflight.wake()
+		s.p.frames.wake()
 		s.client.Close()
 		s.upstream.Close()
 	})
@@ -646,6 +682,9 @@ func (s *session) serveRequests() error {
 				s.decomp.Release()
 				s.heldLarge = false
 			}
+			// The last frame is done with: an idle connection holds
+			// nothing of max_frame_bytes_total.
+			s.fromClient.Release()
 			s.clientIn.park()
 			s.clientIn.wait()
 		}
@@ -738,7 +777,7 @@ func (s *session) serveRequests() error {
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
 		// more is read from this client until some request is answered.
-		if !s.p.inflight.take(&s.stopped) {
+		if !s.p.inflight.take(1, &s.stopped) {
 			return net.ErrClosed
 		}
 		// The stream is recorded before forwarding so that a fast response
@@ -792,6 +831,7 @@ func (s *session) serveResponses() error {
 	}()
 	for {
 		if s.fromUpstream.Buffered() == 0 {
+			s.fromUpstream.Release()
 			s.upstreamIn.park()
 			s.upstreamIn.wait()
 		}

@@ -94,11 +94,14 @@ func (s *streams) each(fn func(id int16, r request)) {
 	}
 }
 
-// bound is max_in_flight: the requests in flight over all of a proxy's
-// client connections. A request path takes a slot before forwarding, and
-// the slot is given back when the request is answered or its connection
-// ends. Taking costs one compare-and-swap, giving one atomic add; the lock
-// is only for waiting.
+// bound is a limit over all of a proxy's connections: max_in_flight, the
+// requests in flight, of which a request path takes one before forwarding
+// and gives it back when the request is answered or its connection ends;
+// and max_frame_bytes_total, the bytes of large frames being read or
+// handled. Taking costs one compare-and-swap, giving one atomic add; the
+// lock is only for waiting. Past the bound a taker waits, except when
+// nothing at all is taken, so that a taking larger than the bound (a frame
+// over max_frame_bytes_total) still goes through, alone.
 type bound struct {
 	max     int64  // 0: no bound, only counting
 	waits   func() // counts a wait
@@ -114,14 +117,14 @@ func newBound(max int, waits func()) *bound {
 	return b
 }
 
-// take takes a slot, waiting while there is none. It gives up, reporting
+// take takes k, waiting while there is no room. It gives up, reporting
 // false, once stopped is set (the session is closing).
-func (b *bound) take(stopped *atomic.Bool) bool {
+func (b *bound) take(k int64, stopped *atomic.Bool) bool {
 	if b.max == 0 {
-		b.n.Add(1)
+		b.n.Add(k)
 		return true
 	}
-	if b.tryTake() {
+	if b.tryTake(k) {
 		return true
 	}
 	b.waits()
@@ -131,7 +134,7 @@ func (b *bound) take(stopped *atomic.Bool) bool {
 	// after the look finds the waiter (see give).
 	b.waiters.Add(1)
 	defer b.waiters.Add(-1)
-	for !b.tryTake() {
+	for !b.tryTake(k) {
 		if stopped.Load() {
 			// A signal meant for a slot may have woken this one: pass
 			// it on.
@@ -145,19 +148,20 @@ func (b *bound) take(stopped *atomic.Bool) bool {
 	return true
 }
 
-func (b *bound) tryTake() bool {
+func (b *bound) tryTake(k int64) bool {
 	for {
 		n := b.n.Load()
-		if n >= b.max {
+		if n+k > b.max && n > 0 {
 			return false
 		}
-		if b.n.CompareAndSwap(n, n+1) {
+		if b.n.CompareAndSwap(n, n+k) {
 			return true
 		}
 	}
 }
 
-// give gives back k slots, waking a waiter for each.
+// give gives back k, waking a waiter, or every waiter when takers may want
+// different amounts.
 func (b *bound) give(k int) {
 	if k <= 0 {
 		return

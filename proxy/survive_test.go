@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -601,4 +603,67 @@ func TestBufferedBytesTotal(t *testing.T) {
 		t.Fatal("a write waiting on the budget did not give up when its writer closed")
 	}
 	peer2.Close()
+}
+
+// max_frame_bytes_total: a large frame that would pass it waits, with its
+// connection, until another connection's large frame is done with, and then
+// goes through; so does the frame whose connection ends mid-frame.
+func TestFrameBytesTotal(t *testing.T) {
+	startStubNode(t, "127.0.0.9:19093")
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.10:19093", []string{"127.0.0.9:19093"}
+		c.MaxFrameBytes = 1 << 20
+		c.MaxFrameBytesTotal = 300 << 10
+		c.FrameTimeout = Duration(time.Second)
+	})
+	large := func(stream int16) []byte {
+		return stubQuery(stream, "SELECT * FROM ks.t WHERE k = '"+strings.Repeat("x", 200<<10)+"'")
+	}
+	// quiet checks that c gets no answer for a while.
+	quiet := func(c *stubClient, what string) {
+		t.Helper()
+		c.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, _, _, err := c.next(); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s: answered (%v) while another connection's large frame held the budget", what, err)
+		}
+		c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	}
+	answered := func(c *stubClient, want int16, what string) {
+		t.Helper()
+		if stream, code, msg, err := c.next(); err != nil || stream != want || code != 0 {
+			t.Fatalf("%s: stream %d, %d %q, %v", what, stream, code, msg, err)
+		}
+	}
+	for _, tt := range []struct {
+		name   string
+		finish func(a *stubClient, rest []byte) // what the first client does after stalling
+	}{
+		{"first frame completes", func(a *stubClient, rest []byte) {
+			a.write(rest)
+			answered(a, 1, "the first large frame")
+		}},
+		{"first client leaves mid-frame", func(a *stubClient, rest []byte) { a.c.Close() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			waits := testutil.ToFloat64(p.metrics.frameWaits)
+			a, b := dialStub(t, "127.0.0.10:19093"), dialStub(t, "127.0.0.10:19093")
+			defer a.c.Close()
+			defer b.c.Close()
+			// a sends half of a large frame: its reader holds 200 KiB.
+			fa := large(1)
+			a.write(fa[:len(fa)/2])
+			time.Sleep(50 * time.Millisecond)
+			// b's large frame would pass 300 KiB: it waits.
+			b.write(large(2))
+			quiet(b, "the second large frame")
+			if n := testutil.ToFloat64(p.metrics.frameWaits) - waits; n != 1 {
+				t.Errorf("%v waits counted, want 1", n)
+			}
+			tt.finish(a, fa[len(fa)/2:])
+			answered(b, 2, "the second large frame, once the first was done with")
+			if n := p.frames.n.Load(); n != 0 {
+				t.Errorf("%d bytes of large frames held with both connections idle, want 0", n)
+			}
+		})
+	}
 }
