@@ -60,6 +60,15 @@ func (r *Reader) Release() {
 	}
 }
 
+// Shrink gives back the segment buffers that a burst of segments over 64
+// KiB grew. Call it when Buffered is 0, before waiting for the peer: an
+// idle v5 connection then keeps no more than one whose segments were small.
+func (r *Reader) Shrink() {
+	if r.segs != nil && len(r.rest) == 0 {
+		r.segs.shrink()
+	}
+}
+
 // take takes n bytes from the budget for a frame over keepMax.
 func (r *Reader) take(n int) error {
 	if r.budget == nil {

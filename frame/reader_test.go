@@ -308,3 +308,37 @@ func TestReaderBudget(t *testing.T) {
 		})
 	}
 }
+
+// Shrink, between bursts, drops the segment buffers that a segment over 64
+// KiB grew, and keeps those of small segments.
+func TestReaderShrink(t *testing.T) {
+	for _, compressed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lz4=%v", compressed), func(t *testing.T) {
+			big := frameBytes(5, 1, OpQuery, bytes.Repeat([]byte("segment "), 12_000))
+			small := frameBytes(5, 2, OpQuery, make([]byte, 100))
+			w := NewSegmentWriter(compressed)
+			in := w.AppendFrames(nil, big)
+			in = w.AppendFrames(in, small)
+			r := NewReader(bufio.NewReader(bytes.NewReader(in)), 1<<20)
+			r.UseSegments(compressed)
+			if f, _, err := r.Next(); err != nil || !bytes.Equal(f, big) {
+				t.Fatalf("big frame: %v", err)
+			}
+			if held := cap(r.segs.buf) + cap(r.segs.out); held <= keepMax {
+				t.Fatalf("the segment reader holds %d bytes after a %d-byte segment: the test proves nothing", held, len(big))
+			}
+			r.Shrink()
+			if cap(r.segs.buf) > keepMax || cap(r.segs.out) > keepMax {
+				t.Errorf("after Shrink the segment reader holds buffers of %d and %d bytes", cap(r.segs.buf), cap(r.segs.out))
+			}
+			if f, _, err := r.Next(); err != nil || !bytes.Equal(f, small) {
+				t.Fatalf("small frame: %v", err)
+			}
+			kept := cap(r.segs.buf) + cap(r.segs.out)
+			r.Shrink()
+			if got := cap(r.segs.buf) + cap(r.segs.out); got != kept {
+				t.Errorf("Shrink dropped the buffers of a small segment (%d bytes, now %d)", kept, got)
+			}
+		})
+	}
+}

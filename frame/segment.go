@@ -72,6 +72,16 @@ func NewSegmentReader(br *bufio.Reader, compressed bool) *SegmentReader {
 	return &SegmentReader{br: br, compressed: compressed}
 }
 
+// shrink drops buffers over keepMax, which only segments over 64 KiB grow.
+func (s *SegmentReader) shrink() {
+	if cap(s.buf) > keepMax {
+		s.buf = nil
+	}
+	if cap(s.out) > keepMax {
+		s.out = nil
+	}
+}
+
 // Next reads one segment and returns its (decompressed) payload, valid until
 // the next call, and whether it is self-contained.
 func (s *SegmentReader) Next() (payload []byte, selfContained bool, err error) {

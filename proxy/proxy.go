@@ -685,6 +685,7 @@ func (s *session) serveRequests() error {
 			// The last frame is done with: an idle connection holds
 			// nothing of max_frame_bytes_total.
 			s.fromClient.Release()
+			s.fromClient.Shrink()
 			s.clientIn.park()
 			s.clientIn.wait()
 		}
@@ -832,6 +833,7 @@ func (s *session) serveResponses() error {
 	for {
 		if s.fromUpstream.Buffered() == 0 {
 			s.fromUpstream.Release()
+			s.fromUpstream.Shrink()
 			s.upstreamIn.park()
 			s.upstreamIn.wait()
 		}
