@@ -173,6 +173,8 @@ func TestLimitsEnforced(t *testing.T) {
 	}{
 		{"python-datastax", "python", "limits_test.py", []string{"CQL_PY_DRIVER=datastax", "LIMIT_EXPECT=config_error"}, 10},
 		{"python-scylla", "python", "limits_test.py", []string{"CQL_PY_DRIVER=scylla", "LIMIT_EXPECT=rate_limit"}, 20},
+		{"rust", "rust", "limits_test", []string{"LIMIT_EXPECT=rate_limit"}, 40},
+		{"java", "java", "limits", []string{"LIMIT_EXPECT=config_error"}, 30},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			const n = 50

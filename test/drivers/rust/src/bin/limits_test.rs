@@ -1,0 +1,221 @@
+//! Floods one partition through a cqlguard that limits it, with ScyllaDB's
+//! Rust driver, and checks what the driver sees of each refused request.
+//!
+//! The driver opts in to SCYLLA_RATE_LIMIT_ERROR when the proxy advertises
+//! it, so a refused request fails with DbError::RateLimitReached carrying the
+//! operation's type and rejected_by_coordinator set (LIMIT_EXPECT=rate_limit).
+//! Were the extension not advertised it would be DbError::ConfigError with
+//! ScyllaDB's message (LIMIT_EXPECT=config_error).
+//!
+//! The driver consults its retry policy on every failed attempt, so the
+//! session's policy records each consultation, asks the driver's default
+//! policy what it would do, and answers DontRetry whatever that is; the run
+//! fails if the default would have retried a refusal. Speculative execution,
+//! which would resend a request whatever the retry policy says, is off. The
+//! caller also counts the requests the proxy saw.
+//!
+//! Environment: CQL_HOST, CQL_PORT, CQL_USER, CQL_PASSWORD; LIMIT_KEYSPACE
+//! and LIMIT_TABLE, a table (k int, c int, PRIMARY KEY (k, c)) limited for
+//! reads and writes; LIMIT_KEY, the partition to flood; LIMIT_N, requests
+//! per operation (50); LIMIT_EXPECT, rate_limit (the default) or
+//! config_error.
+//!
+//! Prints one JSON line: {"write": {"accepted": n, "refused": n}, "read":
+//! {...}, "retry_consulted": n, "retry_decisions": n, "seconds": s}, where
+//! retry_decisions counts the retries the default policy would have made;
+//! exits 1 on anything unexpected.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::errors::{DbError, ExecutionError, OperationType, RequestAttemptError};
+use scylla::policies::retry::{
+    DefaultRetryPolicy, RequestInfo, RetryDecision, RetryPolicy, RetrySession,
+};
+use scylla::statement::Consistency;
+
+use cqlguard_rust_driver_test::{env_or, env_parse, Settings};
+
+/// What the retry policy was asked: the error, and the default policy's
+/// decision for it.
+type Consultations = Arc<Mutex<Vec<(String, RetryDecision)>>>;
+
+/// A retry policy that never retries, and records each time the driver
+/// consults it with what the default policy would have decided.
+#[derive(Debug, Default)]
+struct RecordingRetryPolicy {
+    consulted: Consultations,
+}
+
+impl RetryPolicy for RecordingRetryPolicy {
+    fn new_session(&self) -> Box<dyn RetrySession> {
+        Box::new(RecordingRetrySession {
+            consulted: self.consulted.clone(),
+            default: DefaultRetryPolicy::new().new_session(),
+        })
+    }
+}
+
+struct RecordingRetrySession {
+    consulted: Consultations,
+    default: Box<dyn RetrySession>,
+}
+
+impl RetrySession for RecordingRetrySession {
+    fn decide_should_retry(&mut self, info: RequestInfo) -> RetryDecision {
+        let error = format!("{:?}", info.error);
+        let default = self.default.decide_should_retry(info);
+        self.consulted.lock().unwrap().push((error, default));
+        RetryDecision::DontRetry
+    }
+
+    fn reset(&mut self) {
+        self.default.reset();
+    }
+}
+
+fn fail(msg: String) -> ! {
+    println!("FAIL {msg}");
+    std::process::exit(1)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Expect {
+    RateLimit,
+    ConfigError,
+}
+
+/// Fails unless e is the refusal this driver should see for op.
+fn check_refusal(e: &ExecutionError, op: &str, expect: Expect, message: &str) {
+    let ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, msg)) = e else {
+        fail(format!("{op}: {e} ({e:?}); want a server error"));
+    };
+    match (expect, db) {
+        (
+            Expect::RateLimit,
+            DbError::RateLimitReached {
+                op_type,
+                rejected_by_coordinator,
+            },
+        ) => {
+            let want = if op == "write" {
+                OperationType::Write
+            } else {
+                OperationType::Read
+            };
+            if *op_type != want || !rejected_by_coordinator {
+                fail(format!(
+                    "{op}: RateLimitReached op_type={op_type:?} rejected_by_coordinator={rejected_by_coordinator}"
+                ));
+            }
+        }
+        (Expect::ConfigError, DbError::ConfigError) => {}
+        _ => fail(format!(
+            "{op}: {db:?}: {msg}; want {}",
+            if expect == Expect::RateLimit {
+                "RateLimitReached"
+            } else {
+                "ConfigError"
+            }
+        )),
+    }
+    if !msg.contains(message) {
+        fail(format!("{op}: message {msg:?}; want {message:?}"));
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let settings = Settings::from_env();
+    let ks = env_or("LIMIT_KEYSPACE", "cqlguard_limits");
+    let table = env_or("LIMIT_TABLE", "hot");
+    let key: i32 = env_parse("LIMIT_KEY", 40);
+    let n: u32 = env_parse("LIMIT_N", 50);
+    let expect = match env_or("LIMIT_EXPECT", "rate_limit").as_str() {
+        "rate_limit" => Expect::RateLimit,
+        "config_error" => Expect::ConfigError,
+        other => {
+            eprintln!("LIMIT_EXPECT={other}: want rate_limit or config_error");
+            std::process::exit(2)
+        }
+    };
+
+    let retry = Arc::new(RecordingRetryPolicy::default());
+    let consulted = retry.consulted.clone();
+    let profile = ExecutionProfile::builder()
+        .consistency(Consistency::One)
+        .request_timeout(Some(Duration::from_secs(20)))
+        .retry_policy(retry)
+        .speculative_execution_policy(None)
+        .build();
+    let session = settings
+        .builder()
+        .default_execution_profile_handle(profile.into_handle())
+        .keyspaces_to_fetch([ks.as_str()])
+        .build()
+        .await
+        .unwrap_or_else(|e| fail(format!("connect: {e}")));
+
+    let insert = session
+        .prepare(format!("INSERT INTO {ks}.{table} (k, c) VALUES (?, ?)"))
+        .await
+        .unwrap_or_else(|e| fail(format!("prepare: {e}")));
+    // The key inline, so a read is one QUERY: with bound values this
+    // driver would prepare the statement first.
+    let select = format!("SELECT c FROM {ks}.{table} WHERE k = {key} LIMIT 1");
+
+    let mut json = Vec::new();
+    let mut refused_total = 0;
+    let start = Instant::now();
+    for op in ["write", "read"] {
+        let message = format!("Per-partition rate limit reached for {op} in table {ks}.{table}, rejected by coordinator");
+        let (mut accepted, mut refused) = (0, 0);
+        for i in 0..n {
+            let r = if op == "write" {
+                session.execute_unpaged(&insert, (key, i as i32)).await
+            } else {
+                session.query_unpaged(select.as_str(), ()).await
+            };
+            match r {
+                Ok(_) => accepted += 1,
+                Err(e) => {
+                    check_refusal(&e, op, expect, &message);
+                    refused += 1;
+                }
+            }
+        }
+        if refused == 0 {
+            fail(format!("no {op} was refused ({accepted} accepted)"));
+        }
+        refused_total += refused;
+        json.push(format!(
+            "\"{op}\": {{\"accepted\": {accepted}, \"refused\": {refused}}}"
+        ));
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    drop(session);
+
+    let consulted = consulted.lock().unwrap().clone();
+    let would_retry: Vec<&(String, RetryDecision)> = consulted
+        .iter()
+        .filter(|(_, d)| *d != RetryDecision::DontRetry)
+        .collect();
+    println!(
+        "{{{}, \"retry_consulted\": {}, \"retry_decisions\": {}, \"seconds\": {seconds:.3}}}",
+        json.join(", "),
+        consulted.len(),
+        would_retry.len()
+    );
+    if !would_retry.is_empty() {
+        fail(format!(
+            "the default retry policy would have retried: {would_retry:?}"
+        ));
+    }
+    if consulted.len() != refused_total {
+        fail(format!(
+            "the retry policy was consulted {} times for {refused_total} refusals: {consulted:?}",
+            consulted.len()
+        ));
+    }
+}
