@@ -405,6 +405,7 @@ type session struct {
 	class       classifier // request path only
 	reqScratch  []byte     // answers written by the request path
 	respScratch []byte     // answers written by the response path
+	rewritten   []byte     // requests the request path rewrote
 	closing     sync.Once
 	clientGone  atomic.Bool // the request path ended on the client's side
 	// stopped is set when the session closes, for a request path waiting
@@ -763,6 +764,15 @@ func (s *session) serveRequests() error {
 			}
 		}
 
+		// A driver that takes cqlguard for ScyllaDB, because it advertises
+		// ScyllaDB's rate-limit error, may add ScyllaDB's USING TIMEOUT to
+		// its queries of the system tables (ScyllaDB's Rust driver does),
+		// which Cassandra refuses as a syntax error.
+		internal := class != nil && class.Internal || h.Opcode == frame.OpPrepare && req.prepared != nil && req.prepared.internal
+		if internal && !s.upstreamRateLimit {
+			f = s.dropUsingTimeout(f, h)
+		}
+
 		// Decide: a request over its partition's limit is answered here
 		// and never costs the upstream anything.
 		if class != nil {
@@ -1006,6 +1016,42 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 func (s *session) unclassified(h frame.Header, err error) {
 	s.p.metrics.protocolErrors.WithLabelValues("bad_request_body").Inc()
 	s.log.Info().Err(err).Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request body not understood; forwarded unclassified")
+}
+
+// dropUsingTimeout returns the QUERY or PREPARE f without a trailing USING
+// TIMEOUT clause, or f itself if it has none. The frame it returns is
+// uncompressed, which a v4 frame may be whatever the connection negotiated.
+func (s *session) dropUsingTimeout(f []byte, h frame.Header) []byte {
+	if (h.Opcode != frame.OpQuery && h.Opcode != frame.OpPrepare) || h.Flags&frame.FlagCustomPayload != 0 {
+		return f
+	}
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var err error
+		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return f
+		}
+	}
+	// QUERY and PREPARE bodies both start with the statement, a [long
+	// string].
+	q, err := frame.QueryString(body)
+	if err != nil {
+		return f
+	}
+	n, ok := frame.TrimUsingTimeout(q)
+	if !ok {
+		return f
+	}
+	rest := body[4+len(q):]
+	h.Flags &^= frame.FlagCompression
+	h.Length = 4 + n + len(rest)
+	out := frame.AppendHeader(s.rewritten[:0], h)
+	out = binary.BigEndian.AppendUint32(out, uint32(n))
+	out = append(out, q[:n]...)
+	out = append(out, rest...)
+	s.rewritten = out
+	s.log.Debug().Int16("stream", h.Stream).Msg("dropped USING TIMEOUT, which the upstream does not take")
+	return out
 }
 
 // skipRequestPrefix skips the tracing-free prefix a request body may carry:

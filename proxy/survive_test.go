@@ -34,6 +34,11 @@ type stubNode struct {
 	got   int // held requests received so far
 	gotCh chan struct{}
 	wg    sync.WaitGroup
+	// statements are the texts of the QUERY and PREPARE requests received.
+	statements []string
+	// scylla makes the node advertise ScyllaDB's rate-limit error; set
+	// before the first connection.
+	scylla bool
 }
 
 type stubConn struct {
@@ -89,6 +94,16 @@ func (n *stubNode) serve(c *stubConn) {
 		if err != nil {
 			return
 		}
+		if h.Opcode == frame.OpQuery || h.Opcode == frame.OpPrepare {
+			q, _ := frame.QueryString(f[frame.HeaderSize:])
+			n.mu.Lock()
+			n.statements = append(n.statements, string(q))
+			n.mu.Unlock()
+		}
+		if h.Opcode == frame.OpOptions && n.scylla {
+			c.supported(h, map[string]string{"SCYLLA_RATE_LIMIT_ERROR": "ERROR_CODE=61440"})
+			continue
+		}
 		if h.Opcode == frame.OpQuery {
 			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("hold")) {
 				n.mu.Lock()
@@ -122,6 +137,22 @@ func (c *stubConn) answer(h frame.Header) {
 	}
 	c.mu.Lock()
 	c.c.Write(out)
+	c.mu.Unlock()
+}
+
+// supported answers OPTIONS with opts, one value each.
+func (c *stubConn) supported(h frame.Header, opts map[string]string) {
+	body := binary.BigEndian.AppendUint16(nil, uint16(len(opts)))
+	for k, v := range opts {
+		body = binary.BigEndian.AppendUint16(body, uint16(len(k)))
+		body = append(body, k...)
+		body = binary.BigEndian.AppendUint16(body, 1)
+		body = binary.BigEndian.AppendUint16(body, uint16(len(v)))
+		body = append(body, v...)
+	}
+	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpSupported, Length: len(body)})
+	c.mu.Lock()
+	c.c.Write(append(out, body...))
 	c.mu.Unlock()
 }
 

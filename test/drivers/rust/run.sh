@@ -13,6 +13,15 @@ case "$client" in
   *) echo "$client: want driver_test or limits_test" >&2; exit 2 ;;
 esac
 cd "$here"
+if ! command -v cargo >/dev/null; then
+  # The driver needs a recent Rust (1.88 or later), newer than distributions
+  # ship: install it with rustup, the toolchain's own installer.
+  if [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
+      sh -s -- -y --profile minimal --no-modify-path >/dev/null
+  fi
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
 if ! out=$(cargo build --locked --quiet --bins -j "${CARGO_BUILD_JOBS:-2}" 2>&1); then
   echo "$out" >&2
   exit 1

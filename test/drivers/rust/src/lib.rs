@@ -47,26 +47,12 @@ impl Settings {
     }
 
     /// Returns a session builder with the one contact point and
-    /// PasswordAuthenticator credentials.
-    ///
-    /// With CQL_METADATA_USING_TIMEOUT=off the driver does not append
-    /// `USING TIMEOUT` to its schema and topology queries. It appends it by
-    /// default when the server looks like ScyllaDB, which includes any
-    /// server advertising SCYLLA_RATE_LIMIT_ERROR, and Cassandra refuses
-    /// the clause as a syntax error.
+    /// PasswordAuthenticator credentials, otherwise the driver's defaults.
     pub fn builder(&self) -> SessionBuilder {
-        let mut b = SessionBuilder::new()
+        let b = SessionBuilder::new()
             .known_node(format!("{}:{}", self.host, self.port))
             .user(&self.user, &self.password)
             .connection_timeout(Duration::from_secs(10));
-        match env_or("CQL_METADATA_USING_TIMEOUT", "default").as_str() {
-            "default" => {}
-            "off" => b.config.metadata_request_serverside_timeout = None,
-            other => {
-                eprintln!("CQL_METADATA_USING_TIMEOUT={other}: want default or off");
-                std::process::exit(2)
-            }
-        }
         b
     }
 }
