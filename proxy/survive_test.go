@@ -34,10 +34,11 @@ type stubNode struct {
 	got   int // held requests received so far
 	gotCh chan struct{}
 	wg    sync.WaitGroup
-	// statements are the texts of the QUERY and PREPARE requests received.
+	// statements are the texts of the QUERY and PREPARE requests received,
+	// when record is set.
 	statements []string
-	// scylla makes the node advertise ScyllaDB's rate-limit error; set
-	// before the first connection.
+	record     bool
+	// scylla makes the node advertise ScyllaDB's rate-limit error.
 	scylla bool
 }
 
@@ -94,13 +95,16 @@ func (n *stubNode) serve(c *stubConn) {
 		if err != nil {
 			return
 		}
-		if h.Opcode == frame.OpQuery || h.Opcode == frame.OpPrepare {
+		n.mu.Lock()
+		record, scylla := n.record, n.scylla
+		n.mu.Unlock()
+		if record && (h.Opcode == frame.OpQuery || h.Opcode == frame.OpPrepare) {
 			q, _ := frame.QueryString(f[frame.HeaderSize:])
 			n.mu.Lock()
 			n.statements = append(n.statements, string(q))
 			n.mu.Unlock()
 		}
-		if h.Opcode == frame.OpOptions && n.scylla {
+		if h.Opcode == frame.OpOptions && scylla {
 			c.supported(h, map[string]string{"SCYLLA_RATE_LIMIT_ERROR": "ERROR_CODE=61440"})
 			continue
 		}

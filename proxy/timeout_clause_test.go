@@ -14,7 +14,11 @@ import (
 func TestUsingTimeoutDropped(t *testing.T) {
 	cassandra := startStubNode(t, "127.0.0.9:19094")
 	scylla := startStubNode(t, "127.0.0.9:19095")
-	scylla.scylla = true
+	for _, n := range []*stubNode{cassandra, scylla} {
+		n.mu.Lock()
+		n.record, n.scylla = true, n == scylla
+		n.mu.Unlock()
+	}
 	startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.10:19094", []string{"127.0.0.9:19094"}
 	})
