@@ -37,10 +37,11 @@ limits:
 )
 
 // TestLimitsEnforced floods partitions of one table through a proxy that
-// limits it to 5 reads and 5 writes per second per partition. gocql and
-// the DataStax Python driver get Config_error with ScyllaDB's message, and
-// ScyllaDB's Python driver RateLimitReached with the operation's type; no
-// driver retries a refused request; another partition of the table and
+// limits it to 5 reads and 5 writes per second per partition. gocql, the
+// DataStax Python driver and the Java driver get Config_error with
+// ScyllaDB's message, and ScyllaDB's Python and Rust drivers
+// RateLimitReached with the operation's type; no driver retries a refused
+// request; another partition of the table and
 // another table are not refused while the flood runs; a reload changes the
 // limit without closing the connection.
 func TestLimitsEnforced(t *testing.T) {
