@@ -50,7 +50,7 @@ type Proxy struct {
 	// inflight is max_in_flight, and counts requests in flight when that
 	// is 0; buffered is max_buffered_bytes_total, nil when that is 0.
 	inflight *bound
-	buffered *byteBudget
+	buffered *bound
 	// frames is max_frame_bytes_total, and counts when that is 0.
 	frames *bound
 	// reads are the connections' read buffers, held while bytes arrive.
@@ -119,7 +119,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	}
 	p.frames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	if cfg.MaxBufferedBytesTotal > 0 {
-		p.buffered = newByteBudget(int64(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
+		p.buffered = newBound(int(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
 	}
 	registerLoadGauges(reg, p)
 	p.epochUnix = p.epoch.UnixNano()
@@ -458,7 +458,7 @@ type frameBudget struct {
 // Take waits for room for a large frame. Its wait is the proxy's, not the
 // client's: the frame's frame_timeout starts again once there is room.
 func (b frameBudget) Take(n int) error {
-	if !b.s.p.frames.take(int64(n), &b.s.stopped) {
+	if !b.s.p.frames.take(int64(n), &b.s.stopped, nil) {
 		return net.ErrClosed
 	}
 	if b.guard != nil {
@@ -788,7 +788,7 @@ func (s *session) serveRequests() error {
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
 		// more is read from this client until some request is answered.
-		if !s.p.inflight.take(1, &s.stopped) {
+		if !s.p.inflight.take(1, &s.stopped, nil) {
 			return net.ErrClosed
 		}
 		// The stream is recorded before forwarding so that a fast response

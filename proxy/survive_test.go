@@ -560,7 +560,7 @@ func TestMaxInFlightClientLeaves(t *testing.T) {
 // written give room back, and every byte arrives in order.
 func TestBufferedBytesTotal(t *testing.T) {
 	var waits atomic.Int32
-	budget := newByteBudget(1000, func() { waits.Add(1) })
+	budget := newBound(1000, func() { waits.Add(1) })
 	c1, peer1 := net.Pipe()
 	c2, peer2 := net.Pipe()
 	w1, w2 := newBudgetWriter(c1, 1<<20, budget), newBudgetWriter(c2, 1<<20, budget)

@@ -24,8 +24,8 @@ var errWriterClosed = errors.New("connection closed")
 // open, costs no goroutine for its writers.
 type writer struct {
 	conn   net.Conn
-	max    int         // pending bytes past which Write blocks
-	budget *byteBudget // bytes over all writers; nil for no bound
+	max    int    // pending bytes past which Write blocks
+	budget *bound // max_buffered_bytes_total; nil for no bound
 	// held is the bytes queued or being written, taken from budget.
 	held atomic.Int64
 	// stopped is closed, for a Write waiting on the budget.
@@ -54,7 +54,7 @@ func newWriter(conn net.Conn, maxPending int) *writer {
 
 // newBudgetWriter returns a writer that also takes what it holds from
 // budget, when that is not nil.
-func newBudgetWriter(conn net.Conn, maxPending int, budget *byteBudget) *writer {
+func newBudgetWriter(conn net.Conn, maxPending int, budget *bound) *writer {
 	w := &writer{conn: conn, max: maxPending, budget: budget}
 	w.room.L = &w.mu
 	w.run = w.loop
@@ -64,7 +64,7 @@ func newBudgetWriter(conn net.Conn, maxPending int, budget *byteBudget) *writer 
 // Write queues one or more whole frames. It copies f, so the caller may
 // reuse it as soon as Write returns.
 func (w *writer) Write(f []byte) error {
-	if w.budget != nil && !w.budget.take(int64(len(f)), w) {
+	if w.budget != nil && !w.budget.take(int64(len(f)), &w.stopped, &w.held) {
 		w.mu.Lock()
 		err := w.err
 		w.mu.Unlock()
@@ -146,7 +146,7 @@ func (w *writer) stop() {
 func (w *writer) release(n int) {
 	w.held.Add(-int64(n))
 	if w.budget != nil {
-		w.budget.give(int64(n))
+		w.budget.give(n)
 	}
 }
 
@@ -220,72 +220,4 @@ func shrink(b []byte, keep int) []byte {
 		return nil
 	}
 	return b
-}
-
-// byteBudget is max_buffered_bytes_total: the bytes queued or being written
-// over all of a proxy's writers. Past it a writer that holds bytes waits
-// before queueing more; one that holds none may always queue one frame, so
-// that no connection waits on others' peers, and the bound is exceeded by
-// at most a frame per socket.
-type byteBudget struct {
-	max     int64
-	n       atomic.Int64
-	waiters atomic.Int32
-	mu      sync.Mutex
-	room    sync.Cond // bytes were given back, or a waiting writer stopped
-	waits   func()    // counts a wait
-}
-
-func newByteBudget(max int64, waits func()) *byteBudget {
-	b := &byteBudget{max: max, waits: waits}
-	b.room.L = &b.mu
-	return b
-}
-
-// take takes k bytes for w, waiting while w holds bytes and the budget has
-// no room for k more. It reports false, having taken nothing, once w stops.
-func (b *byteBudget) take(k int64, w *writer) bool {
-	if b.tryTake(k, w) {
-		return true
-	}
-	b.waits()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// Counted as waiting before looking again: see bound.take.
-	b.waiters.Add(1)
-	defer b.waiters.Add(-1)
-	for !b.tryTake(k, w) {
-		if w.stopped.Load() {
-			return false
-		}
-		b.room.Wait()
-	}
-	return true
-}
-
-func (b *byteBudget) tryTake(k int64, w *writer) bool {
-	for {
-		n := b.n.Load()
-		if n+k > b.max && w.held.Load() > 0 {
-			return false
-		}
-		if b.n.CompareAndSwap(n, n+k) {
-			return true
-		}
-	}
-}
-
-// give gives back k bytes. Waiters want different amounts: all look again.
-func (b *byteBudget) give(k int64) {
-	b.n.Add(-k)
-	b.wake()
-}
-
-func (b *byteBudget) wake() {
-	if b.waiters.Load() == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.room.Broadcast()
-	b.mu.Unlock()
 }
