@@ -477,6 +477,16 @@ func TestBadInput(t *testing.T) {
 			reason: "response_too_large", level: "warn", logged: "response frame too large",
 		},
 		{
+			// The proxy rewrites system.local's rows: a body it cannot
+			// read cannot be forwarded as it is.
+			name: "system.local rows that cannot be read", node: "stub", version: 4,
+			input: func(c *badClient) []byte {
+				return msgFrame(t, 4, 20, &message.Query{Query: "SELECT * FROM system.local WHERE key = 'badrows'"})
+			},
+			want:   &clientAnswer{20, frame.OpError, serverErr, "cqlguard: "},
+			reason: "bad_response", level: "warn", logged: "cannot rewrite response",
+		},
+		{
 			name: "no upstream node reachable", node: "none",
 			input: func(c *badClient) []byte { return options(4, 19) },
 			want:  &clientAnswer{19, frame.OpError, serverErr, "no upstream node reachable: dialing upstream 127.0.0.11:19103"}, closed: true,

@@ -109,6 +109,12 @@ func (n *stubNode) serve(c *stubConn) {
 			continue
 		}
 		if h.Opcode == frame.OpQuery {
+			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("badrows")) {
+				c.badRows(h)
+				continue
+			}
+		}
+		if h.Opcode == frame.OpQuery {
 			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("hold")) {
 				n.mu.Lock()
 				n.held = append(n.held, heldRequest{c, h})
@@ -141,6 +147,15 @@ func (c *stubConn) answer(h frame.Header) {
 	}
 	c.mu.Lock()
 	c.c.Write(out)
+	c.mu.Unlock()
+}
+
+// badRows answers with a RESULT that says Rows and then breaks off.
+func (c *stubConn) badRows(h frame.Header) {
+	body := []byte{0, 0, 0, 2, 0, 0}
+	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: len(body)})
+	c.mu.Lock()
+	c.c.Write(append(out, body...))
 	c.mu.Unlock()
 }
 
