@@ -229,14 +229,16 @@ func (r *Reader) assemble(first []byte) ([]byte, Header, error) {
 	}
 	n := HeaderSize + h.Length
 	tooLarge := h.Length > r.max
-	// A large frame grows as its segments arrive, not by what its header
-	// claims, and is not kept (frameBuf).
+	// A large frame gets a buffer of its own, which the reader does not
+	// keep (frameBuf), once the budget has room for it.
 	var f []byte
 	if !tooLarge {
 		if n <= keepMax {
 			f = r.frameBuf(n)[:0]
 		} else if err := r.take(n); err != nil {
 			return nil, h, err
+		} else {
+			f = make([]byte, 0, n)
 		}
 		f = append(f, first...)
 	}

@@ -50,14 +50,16 @@ type Config struct {
 	// larger frames are answered with a protocol error without being buffered.
 	MaxFrameBytes int `yaml:"max_frame_bytes"`
 	// MaxFrameBytesTotal bounds the bytes of frames over 64 KiB being read
-	// or handled at once, over all connections and both directions: each
-	// connection holds at most one frame per direction, but thousands of
-	// connections each reading a frame of max_frame_bytes would be
+	// or handled at once over all connections, requests and answers each:
+	// each connection holds at most one frame per direction, but thousands
+	// of connections each reading a frame of max_frame_bytes would be
 	// gigabytes. A frame that would pass it waits before it is read, and
-	// its connection with it (back-pressure), unless no large frame is held
-	// at all, so that a frame larger than the bound still goes through,
-	// alone. Frames up to 64 KiB are read into each connection's own buffer
-	// and do not count. 0 means no bound.
+	// its connection with it (back-pressure), unless no large frame of its
+	// direction is held at all, so that a frame larger than the bound still
+	// goes through, alone. Answers have a bound of their own so that they
+	// never wait behind the requests that wait for them. Frames up to 64
+	// KiB are read into each connection's own buffer and do not count. 0
+	// means no bound.
 	MaxFrameBytesTotal ByteSize `yaml:"max_frame_bytes_total"`
 	// MaxBufferedBytes bounds the bytes waiting to be written to one socket;
 	// past it the proxy stops reading the other side (back-pressure). A

@@ -116,7 +116,7 @@ func registerLoadGauges(reg prometheus.Registerer, p *Proxy) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cqlguard_frame_bytes",
 			Help: "Bytes of frames over 64 KiB being read or handled, over all connections (bounded by max_frame_bytes_total)."},
-			func() float64 { return float64(p.frames.n.Load()) }),
+			func() float64 { return float64(p.requestFrames.n.Load() + p.responseFrames.n.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cqlguard_buffered_bytes",
 			Help: "Bytes queued or being written to sockets, over all connections (bounded by max_buffered_bytes_total); 0 when that is 0."},

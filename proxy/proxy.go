@@ -51,8 +51,11 @@ type Proxy struct {
 	// is 0; buffered is max_buffered_bytes_total, nil when that is 0.
 	inflight *bound
 	buffered *bound
-	// frames is max_frame_bytes_total, and counts when that is 0.
-	frames *bound
+	// requestFrames and responseFrames are max_frame_bytes_total, one bound
+	// per direction, and count when that is 0. Two bounds, not one: a
+	// request path holds its frame while it waits for room to forward it,
+	// and the answers that make room must never wait behind requests.
+	requestFrames, responseFrames *bound
 	// reads are the connections' read buffers, held while bytes arrive.
 	reads readBuffers
 	// hot tracks the busiest partitions for /hot; nil when turned off.
@@ -117,7 +120,8 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 		stopBg:   func() {},
 		inflight: newBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
 	}
-	p.frames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
+	p.requestFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
+	p.responseFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	if cfg.MaxBufferedBytesTotal > 0 {
 		p.buffered = newBound(int(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
 	}
@@ -406,8 +410,12 @@ type session struct {
 	reqScratch  []byte     // answers written by the request path
 	respScratch []byte     // answers written by the response path
 	rewritten   []byte     // requests the request path rewrote
-	closing     sync.Once
-	clientGone  atomic.Bool // the request path ended on the client's side
+	guard       *stallGuard
+	// answering is set while the response path handles a frame rather than
+	// waits for the upstream: the upstream is not silent meanwhile.
+	answering  atomic.Bool
+	closing    sync.Once
+	clientGone atomic.Bool // the request path ended on the client's side
 	// stopped is set when the session closes, for a request path waiting
 	// on max_in_flight.
 	stopped atomic.Bool
@@ -443,8 +451,9 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 		handshake:         make(chan bool, 1),
 	}
 	guard.frames = s.fromClient
-	s.fromClient.SetBudget(frameBudget{s, guard})
-	s.fromUpstream.SetBudget(frameBudget{s, nil})
+	s.guard = guard
+	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard})
+	s.fromUpstream.SetBudget(frameBudget{s, p.responseFrames, nil})
 	s.room.L = &s.mu
 	return s
 }
@@ -452,14 +461,24 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 // frameBudget is max_frame_bytes_total as one side of a session reads it.
 type frameBudget struct {
 	s     *session
+	b     *bound
 	guard *stallGuard // the client side's; nil for the upstream side
 }
 
+// errSessionClosed is the error of a frame budget's Take given up because
+// its session is closing.
+var errSessionClosed = fmt.Errorf("waiting for max_frame_bytes_total: %w", net.ErrClosed)
+
 // Take waits for room for a large frame. Its wait is the proxy's, not the
-// client's: the frame's frame_timeout starts again once there is room.
+// peer's: the client's frame_timeout starts again once there is room, and
+// the upstream is not taken for silent meanwhile (upstream_timeout).
 func (b frameBudget) Take(n int) error {
-	if !b.s.p.frames.take(int64(n), &b.s.stopped, nil) {
-		return net.ErrClosed
+	if b.guard == nil {
+		b.s.answering.Store(true)
+		defer b.s.answering.Store(false)
+	}
+	if !b.b.take(int64(n), &b.s.stopped, nil) {
+		return errSessionClosed
 	}
 	if b.guard != nil {
 		b.guard.rearm()
@@ -467,7 +486,7 @@ func (b frameBudget) Take(n int) error {
 	return nil
 }
 
-func (b frameBudget) Give(n int) { b.s.p.frames.give(n) }
+func (b frameBudget) Give(n int) { b.b.give(n) }
 
 // stallGuard is a client connection as the request path reads it: once a
 // frame has begun to arrive, the rest must come within timeout, else the
@@ -560,7 +579,7 @@ func (s *session) quiet() int {
 	s.mu.Lock()
 	busy, activity := s.streams.inflight > 0, s.activity
 	s.mu.Unlock()
-	if !busy || activity != s.lastActivity {
+	if !busy || activity != s.lastActivity || s.answering.Load() {
 		s.lastActivity, s.quietTicks = activity, 0
 		return 0
 	}
@@ -608,7 +627,8 @@ func (s *session) close() {
 		s.mu.Unlock()
 		s.stopped.Store(true)
 		s.p.inflight.wake()
-		s.p.frames.wake()
+		s.p.requestFrames.wake()
+		s.p.responseFrames.wake()
 		s.client.Close()
 		s.upstream.Close()
 	})
@@ -681,6 +701,9 @@ func (s *session) serveRequests() error {
 			if s.heldLarge {
 				s.class.release()
 				s.decomp.Release()
+				if cap(s.rewritten) > largeFrame {
+					s.rewritten = nil
+				}
 				s.heldLarge = false
 			}
 			// The last frame is done with: an idle connection holds
@@ -713,11 +736,14 @@ func (s *session) serveRequests() error {
 				return fmt.Errorf("client sent part of a frame and nothing more for %s (frame_timeout): %w",
 					time.Duration(s.p.cfg.FrameTimeout), err)
 			}
-			if !errors.Is(err, io.EOF) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, errSessionClosed) {
 				m.protocolErrors.WithLabelValues("bad_request_frame").Inc()
 			}
 			return err
 		}
+		// The next frame gets a frame_timeout of its own, not what is left
+		// of this one's, however long the request path waits meanwhile.
+		s.guard.rearm()
 		m.frame(dirRequest, h.Opcode, len(f))
 		s.heldLarge = s.heldLarge || len(f) > largeFrame
 		if h.Response {
@@ -807,6 +833,9 @@ func (s *session) serveRequests() error {
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}
+		// Write copied the frame: give its share of max_frame_bytes_total
+		// back before waiting on anything.
+		s.fromClient.Release()
 		// Back-pressure: with as many requests in flight as allowed, read
 		// nothing more from this client until one is answered.
 		if full {
@@ -841,6 +870,7 @@ func (s *session) serveResponses() error {
 		}
 	}()
 	for {
+		s.answering.Store(false)
 		if s.fromUpstream.Buffered() == 0 {
 			s.fromUpstream.Release()
 			s.fromUpstream.Shrink()
@@ -848,6 +878,9 @@ func (s *session) serveResponses() error {
 			s.upstreamIn.wait()
 		}
 		f, h, err := s.fromUpstream.Next()
+		// Forwarding to the client may wait on it; that is not the
+		// upstream's silence.
+		s.answering.Store(true)
 		if err != nil {
 			var tooLarge *frame.TooLargeError
 			if !errors.As(err, &tooLarge) {

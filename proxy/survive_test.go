@@ -112,6 +112,9 @@ func (n *stubNode) serve(c *stubConn) {
 			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("badrows")) {
 				c.badRows(h)
 				continue
+			} else if bytes.Contains(q, []byte("bigresult")) {
+				c.bigResult(h)
+				continue
 			}
 		}
 		if h.Opcode == frame.OpQuery {
@@ -147,6 +150,16 @@ func (c *stubConn) answer(h frame.Header) {
 	}
 	c.mu.Lock()
 	c.c.Write(out)
+	c.mu.Unlock()
+}
+
+// bigResult answers with a RESULT of about 100 KiB: Void, padded.
+func (c *stubConn) bigResult(h frame.Header) {
+	body := make([]byte, 100<<10)
+	body[3] = 1
+	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: len(body)})
+	c.mu.Lock()
+	c.c.Write(append(out, body...))
 	c.mu.Unlock()
 }
 
@@ -713,12 +726,70 @@ func TestFrameBytesTotal(t *testing.T) {
 			answered(b, 2, "the second large frame, once the first was done with")
 			// b's request path gives its frame back before it waits for
 			// b again, which may be just after b has its answer.
-			for deadline := time.Now().Add(2 * time.Second); p.frames.n.Load() != 0 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(2 * time.Second); p.requestFrames.n.Load()+p.responseFrames.n.Load() != 0 && time.Now().Before(deadline); {
 				time.Sleep(5 * time.Millisecond)
 			}
-			if n := p.frames.n.Load(); n != 0 {
+			if n := p.requestFrames.n.Load() + p.responseFrames.n.Load(); n != 0 {
 				t.Errorf("%d bytes of large frames held with both connections idle, want 0", n)
 			}
 		})
+	}
+}
+
+// A large request whose answer is large too is answered although
+// max_frame_bytes_total holds only one of them: the request gives its share
+// back once forwarded, and answers have a bound of their own, so they never
+// wait behind requests that wait for them.
+func TestLargeRequestLargeAnswer(t *testing.T) {
+	startStubNode(t, "127.0.0.15:19150")
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.15:19151", []string{"127.0.0.15:19150"}
+		c.MaxFrameBytes = 1 << 20
+		c.MaxFrameBytesTotal = 128 << 10
+		c.MaxInFlightPerConnection = 1
+	})
+	a := dialStub(t, "127.0.0.15:19151")
+	defer a.c.Close()
+	for stream := range int16(3) {
+		a.write(stubQuery(stream+1, "SELECT bigresult FROM ks.t WHERE k = '"+strings.Repeat("x", 100<<10)+"'"))
+		a.c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if got, code, msg, err := a.next(); err != nil || got != stream+1 || code != 0 {
+			t.Fatalf("large request %d: stream %d, %d %q, %v; frames held: %d of requests, %d of answers",
+				stream+1, got, code, msg, err, p.requestFrames.n.Load(), p.responseFrames.n.Load())
+		}
+	}
+}
+
+// A pipelining client held back by back-pressure for longer than
+// frame_timeout, with its next frame already sent, keeps its connection:
+// each frame gets a frame_timeout of its own.
+func TestFrameTimeoutAfterBackPressure(t *testing.T) {
+	node := startStubNode(t, "127.0.0.15:19152")
+	startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.15:19153", []string{"127.0.0.15:19152"}
+		c.MaxInFlightPerConnection = 1
+		c.FrameTimeout = Duration(300 * time.Millisecond)
+	})
+	a := dialStub(t, "127.0.0.15:19153")
+	defer a.c.Close()
+	q1 := stubQuery(1, "SELECT hold FROM ks.t WHERE k = '"+strings.Repeat("x", 2000)+"'")
+	q2 := stubQuery(2, "SELECT v FROM ks.t WHERE k = '"+strings.Repeat("y", 2000)+"'")
+	// q1 in two writes, so that the proxy reads its rest with a deadline
+	// set, then half of q2, and its rest soon after.
+	a.write(q1[:100])
+	time.Sleep(20 * time.Millisecond)
+	a.write(q1[100:])
+	a.write(q2[:len(q2)/2])
+	node.waitHeld(t, 1)
+	time.Sleep(50 * time.Millisecond)
+	a.write(q2[len(q2)/2:])
+	// The proxy holds q2 (max_in_flight_per_connection) for twice
+	// frame_timeout.
+	time.Sleep(600 * time.Millisecond)
+	node.release(1)
+	for range 2 {
+		if _, code, msg, err := a.next(); err != nil || code != 0 {
+			t.Fatalf("a client that sent whole frames promptly: %d %q, %v", code, msg, err)
+		}
 	}
 }
