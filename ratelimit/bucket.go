@@ -131,6 +131,10 @@ search:
 		if free.owns(w, token, label) {
 			return free, w // a concurrent decision allocated it
 		}
+		// Two first decisions on one partition that read the table at
+		// different times may take two free entries; the later entry on
+		// the probe sequence then holds one operation and expires. The
+		// partition gets at most one token more, once.
 		old := free.full.Load()
 		if old > now {
 			free.unlock(w) // taken meanwhile: search again

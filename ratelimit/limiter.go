@@ -275,9 +275,11 @@ func (l *Limiter) AllowAt(now int64, token int64, label Label, limit uint32) Dec
 }
 
 // window returns AlgorithmScylla's window for time now: the seconds since
-// the limiter's start, or 0 for a clock that stepped back before it.
+// the limiter's start, or 0 for a clock that stepped back before it. A
+// shard's clock holds 32 bits of it: a clock 136 years on stays in the last
+// window rather than wrap.
 func (l *Limiter) window(now int64) int64 {
-	return max(seconds(now)-l.startSec, 0)
+	return min(max(seconds(now)-l.startSec, 0), 1<<32-1)
 }
 
 // pick maps a hash to one of n shards with a multiply instead of a division.

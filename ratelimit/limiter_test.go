@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeClock is a settable clock for deterministic tests.
@@ -115,7 +116,7 @@ func TestScyllaCounting(t *testing.T) {
 			}
 			clk.ns += tt.later * 1e9
 			c := s.advance(&l.stripes, 0, l.window(clk.ns))
-			got, ok := s.count(st, 7, 1, h, c)
+			got, _, ok := s.count(st, 7, 1, h, c)
 			if !ok || got != tt.want {
 				t.Errorf("count = %d, %v; want %d", got, ok, tt.want)
 			}
@@ -372,7 +373,7 @@ func TestConcurrentDecisions(t *testing.T) {
 				}
 				s := &l.scylla[pick(mix(1^l.tokenSalt), len(l.scylla))]
 				st := l.stripes.get()
-				n, _ := s.count(st, 1, 0, mix(mix(1^l.tokenSalt)^l.slotSalt), s.clock.Load())
+				n, _, _ := s.count(st, 1, 0, mix(mix(1^l.tokenSalt)^l.slotSalt), s.clock.Load())
 				l.stripes.put(st)
 				if want := uint32(goroutines*perG/2 + 1); n < want-uint32(s.clock.Load()) || n > want {
 					t.Errorf("shared partition counted %d, want %d less at most the bucket %d", n, want, uint32(s.clock.Load()))
@@ -383,5 +384,62 @@ func TestConcurrentDecisions(t *testing.T) {
 				t.Errorf("stats count %d decisions, want %d: %+v", total, goroutines*perG, st)
 			}
 		})
+	}
+}
+
+// TestLongRunNoStaleEntries runs a shard for thousands of windows, long
+// enough for the 11-bit windows in its entries to wrap round, and checks
+// that the sweep keeps every entry recognizably current and that decisions
+// on new partitions then return at once. It also writes an entry with a
+// clock reading taken before a jump of 1,500 windows, as a decision delayed
+// across a pause would, and checks that the entry does not stall the
+// decisions after it.
+func TestLongRunNoStaleEntries(t *testing.T) {
+	for _, windows := range []int{1030, 2100, 3500} {
+		clk := &fakeClock{ns: epoch}
+		l := newTest(t, Config{Shards: 1, MemoryBytes: 1 << 16}, clk)
+		for range windows {
+			clk.ns += 1e9
+			l.Allow(1, 0, 1000)
+		}
+		s := &l.scylla[0]
+		c := s.clock.Load()
+		for j := range s.entries {
+			if _, current := s.aged(s.entries[j].word.Load(), uint32(c>>32)); !current {
+				t.Fatalf("after %d windows entry %d looks stamped in a later window", windows, j)
+			}
+		}
+		decideSoon(t, l, 2, 2000)
+	}
+
+	clk := &fakeClock{ns: epoch}
+	l := newTest(t, Config{Shards: 1, MemoryBytes: 1 << 16}, clk)
+	s := &l.scylla[0]
+	st := l.stripes.get()
+	l.Allow(5, 0, 10)
+	before := s.clock.Load()
+	clk.ns += 1500 * 1e9
+	l.Allow(5, 0, 10) // moves the clock on, zeroing the table
+	if _, _, ok := s.count(st, 7, 0, mix(mix(7^l.tokenSalt)^l.slotSalt), before); !ok {
+		t.Fatal("the delayed decision was not counted")
+	}
+	decideSoon(t, l, 7, 8)
+}
+
+// decideSoon decides operations on tokens [from, to) and fails if they do
+// not all return within seconds.
+func decideSoon(t *testing.T, l *Limiter, from, to int64) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tok := from; tok < to; tok++ {
+			l.Allow(tok, 0, 1000)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("decisions on tokens %d to %d did not return", from, to-1)
 	}
 }

@@ -102,14 +102,20 @@ func (s *scyllaShard) allow(st *stripe, ss *stripeSet, i int, token uint64, labe
 	if win > int64(c>>32) {
 		c = s.advance(ss, i, win)
 	}
-	n, ok := s.count(st, token, label, h, c)
+	n, c, ok := s.count(st, token, label, h, c)
 	if !ok {
 		return st.count(AcceptUntracked)
 	}
 	if st.ops[i].Add(1)%flushOps == 0 && s.ops.Add(flushOps)%bucketOps == 0 {
 		s.clock.Add(1) // the next bucket
 	}
-	x := subSat(n, uint32(s.clock.Load()))
+	// The count is net of its window's bucket, which may have moved on
+	// since; but not of a later window's, whose bucket starts again.
+	bucket := uint32(c)
+	if c2 := s.clock.Load(); c2>>32 == c>>32 {
+		bucket = uint32(c2)
+	}
+	x := subSat(n, bucket)
 	// At a steady rate V a count swings from V to 2V within each window,
 	// so up to 2L nothing is rejected, and above it rejecting with
 	// probability 1 - L/(x ln 2) leaves exactly L per window accepted on
@@ -165,7 +171,7 @@ func (s *scyllaShard) advance(ss *stripeSet, i int, win int64) uint64 {
 // that the whole table is refreshed every sweepWindows windows. s.mu is
 // held.
 func (s *scyllaShard) sweepStep(win uint32) {
-	n := max(len(s.entries)/sweepWindows, 1)
+	n := max(len(s.entries)/(sweepWindows/2), 1)
 	mask := len(s.entries) - 1
 	for range n {
 		s.refresh(&s.entries[s.sweep], win)
@@ -181,9 +187,11 @@ func (s *scyllaShard) refresh(e *scyllaEntry, win uint32) {
 			runtime.Gosched()
 			continue
 		}
+		// With s.mu held at window win no entry is stamped later:
+		// a stamp that looks later is an old one that wrapped.
 		n, current := s.aged(w, win)
 		if !current {
-			return // counted in a later window already
+			n = 0
 		}
 		if e.word.CompareAndSwap(w, scyllaWord(wordLabel(w), n, win)) {
 			return
@@ -229,15 +237,15 @@ func (s *scyllaShard) aged(w uint64, win uint32) (n uint32, current bool) {
 
 // count finds or allocates the entry for (token, label), counts one
 // operation on it at clock c, and returns its count, lossy-counting bucket
-// included. ok is false if no entry was found or free on the probe
-// sequence.
+// included, and the clock it counted at, which is c or a later reading.
+// ok is false if no entry was found or free on the probe sequence.
 //
 // Like ScyllaDB, the search stops at the first free entry. If an entry
 // earlier on a partition's probe sequence expires, the partition gets a
 // second, fresh entry there and its count restarts; this moves the
 // partition earlier on its sequence, so it happens at most a few times to
 // any one partition, and the stale entry expires on its own.
-func (s *scyllaShard) count(st *stripe, token uint64, label uint32, h uint64, c uint64) (n uint32, ok bool) {
+func (s *scyllaShard) count(st *stripe, token uint64, label uint32, h uint64, c uint64) (n uint32, at uint64, ok bool) {
 	mask := uint64(len(s.entries) - 1)
 	i := h
 	for p := uint64(0); p < probes; p++ {
@@ -257,9 +265,17 @@ func (s *scyllaShard) count(st *stripe, token uint64, label uint32, h uint64, c 
 				// moved yet, let the decision moving it finish.
 				if c2 := s.clock.Load(); c2 != c {
 					c = c2
-				} else {
-					runtime.Gosched()
+					continue
 				}
+				// Wait out an advance in progress; if the clock has
+				// still not moved, no later window exists and the
+				// stamp is an old one that wrapped: expire it.
+				s.mu.Lock()
+				if c2 := s.clock.Load(); c2 == c {
+					s.refresh(e, win)
+				}
+				c = s.clock.Load()
+				s.mu.Unlock()
 				continue
 			}
 			if n <= bucket {
@@ -276,18 +292,18 @@ func (s *scyllaShard) count(st *stripe, token uint64, label uint32, h uint64, c 
 				st.allocations.Add(1)
 				n = min(bucket+1, maxCount)
 				e.word.Store(scyllaWord(label, n, win))
-				return n, true
+				return n, c, true
 			}
 			if wordLabel(w) != label || e.token.Load() != token {
 				break // another partition's: probe on
 			}
 			n = min(n+1, maxCount)
 			if e.word.CompareAndSwap(w, scyllaWord(label, n, win)) {
-				return n, true
+				return n, c, true
 			}
 		}
 	}
-	return 0, false
+	return 0, c, false
 }
 
 // addStats adds the shard's table figures to st, bringing the shard to
