@@ -793,3 +793,33 @@ func TestFrameTimeoutAfterBackPressure(t *testing.T) {
 		}
 	}
 }
+
+// A response path held back by a client that does not read is not the
+// upstream falling silent: upstream_timeout does not fire while answers
+// wait for the client, and every answer arrives once it reads.
+func TestUpstreamTimeoutSlowClient(t *testing.T) {
+	startStubNode(t, "127.0.0.15:19154")
+	p := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.15:19155", []string{"127.0.0.15:19154"}
+		c.UpstreamTimeout = Duration(200 * time.Millisecond)
+		c.MaxBufferedBytes = 64 << 10
+	})
+	a := dialStub(t, "127.0.0.15:19155")
+	defer a.c.Close()
+	// 200 answers of 100 KiB: far more than the sockets and the proxy's
+	// queue hold while the client reads nothing.
+	const n = 200
+	for i := range int16(n) {
+		a.write(stubQuery(i+1, "SELECT bigresult FROM ks.t"))
+	}
+	time.Sleep(time.Second) // five upstream_timeouts without reading
+	a.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := range n {
+		if _, code, msg, err := a.next(); err != nil || code != 0 {
+			t.Fatalf("answer %d: %d %q, %v", i+1, code, msg, err)
+		}
+	}
+	if got := testutil.ToFloat64(p.metrics.protocolErrors.WithLabelValues("upstream_stalled")); got != 0 {
+		t.Errorf("upstream_stalled counted %v times for a client that read slowly", got)
+	}
+}
