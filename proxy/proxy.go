@@ -411,11 +411,12 @@ type session struct {
 	respScratch []byte     // answers written by the response path
 	rewritten   []byte     // requests the request path rewrote
 	guard       *stallGuard
-	// answering is set while the response path handles a frame rather than
-	// waits for the upstream: the upstream is not silent meanwhile.
-	answering  atomic.Bool
-	closing    sync.Once
-	clientGone atomic.Bool // the request path ended on the client's side
+	// waitingForRoom is set while the response path waits for room in
+	// max_frame_bytes_total rather than for the upstream. (While it waits
+	// for the client, the client's writer holds bytes: see quiet.)
+	waitingForRoom atomic.Bool
+	closing        sync.Once
+	clientGone     atomic.Bool // the request path ended on the client's side
 	// stopped is set when the session closes, for a request path waiting
 	// on max_in_flight.
 	stopped atomic.Bool
@@ -474,8 +475,8 @@ var errSessionClosed = fmt.Errorf("waiting for max_frame_bytes_total: %w", net.E
 // the upstream is not taken for silent meanwhile (upstream_timeout).
 func (b frameBudget) Take(n int) error {
 	if b.guard == nil {
-		b.s.answering.Store(true)
-		defer b.s.answering.Store(false)
+		b.s.waitingForRoom.Store(true)
+		defer b.s.waitingForRoom.Store(false)
 	}
 	if !b.b.take(int64(n), &b.s.stopped, nil) {
 		return errSessionClosed
@@ -579,7 +580,10 @@ func (s *session) quiet() int {
 	s.mu.Lock()
 	busy, activity := s.streams.inflight > 0, s.activity
 	s.mu.Unlock()
-	if !busy || activity != s.lastActivity || s.answering.Load() {
+	// A response path waiting on the client (its writer holds bytes) or
+	// on max_frame_bytes_total is not waiting on the upstream.
+	waitingElsewhere := s.toClient.held.Load() > 0 || s.waitingForRoom.Load()
+	if !busy || activity != s.lastActivity || waitingElsewhere {
 		s.lastActivity, s.quietTicks = activity, 0
 		return 0
 	}
@@ -870,7 +874,6 @@ func (s *session) serveResponses() error {
 		}
 	}()
 	for {
-		s.answering.Store(false)
 		if s.fromUpstream.Buffered() == 0 {
 			s.fromUpstream.Release()
 			s.fromUpstream.Shrink()
@@ -878,9 +881,6 @@ func (s *session) serveResponses() error {
 			s.upstreamIn.wait()
 		}
 		f, h, err := s.fromUpstream.Next()
-		// Forwarding to the client may wait on it; that is not the
-		// upstream's silence.
-		s.answering.Store(true)
 		if err != nil {
 			var tooLarge *frame.TooLargeError
 			if !errors.As(err, &tooLarge) {
