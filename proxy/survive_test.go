@@ -136,40 +136,26 @@ func (n *stubNode) serve(c *stubConn) {
 
 // answer writes the stub's answer to a request with header h.
 func (c *stubConn) answer(h frame.Header) {
-	var b [frame.HeaderSize + 4]byte
-	out := b[:0]
 	switch h.Opcode {
 	case frame.OpOptions:
-		out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpSupported, Length: 2})
-		out = append(out, 0, 0)
+		c.reply(h, frame.OpSupported, []byte{0, 0})
 	case frame.OpStartup:
-		out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpReady})
+		c.reply(h, frame.OpReady, nil)
 	default:
-		out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: 4})
-		out = binary.BigEndian.AppendUint32(out, 1)
+		c.reply(h, frame.OpResult, []byte{0, 0, 0, 1}) // Void
 	}
-	c.mu.Lock()
-	c.c.Write(out)
-	c.mu.Unlock()
 }
 
 // bigResult answers with a RESULT of about 100 KiB: Void, padded.
 func (c *stubConn) bigResult(h frame.Header) {
 	body := make([]byte, 100<<10)
 	body[3] = 1
-	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: len(body)})
-	c.mu.Lock()
-	c.c.Write(append(out, body...))
-	c.mu.Unlock()
+	c.reply(h, frame.OpResult, body)
 }
 
 // badRows answers with a RESULT that says Rows and then breaks off.
 func (c *stubConn) badRows(h frame.Header) {
-	body := []byte{0, 0, 0, 2, 0, 0}
-	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: len(body)})
-	c.mu.Lock()
-	c.c.Write(append(out, body...))
-	c.mu.Unlock()
+	c.reply(h, frame.OpResult, []byte{0, 0, 0, 2, 0, 0})
 }
 
 // supported answers OPTIONS with opts, one value each.
@@ -182,7 +168,12 @@ func (c *stubConn) supported(h frame.Header, opts map[string]string) {
 		body = binary.BigEndian.AppendUint16(body, uint16(len(v)))
 		body = append(body, v...)
 	}
-	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpSupported, Length: len(body)})
+	c.reply(h, frame.OpSupported, body)
+}
+
+// reply writes a response frame to the request with header h.
+func (c *stubConn) reply(h frame.Header, op frame.Opcode, body []byte) {
+	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: op, Length: len(body)})
 	c.mu.Lock()
 	c.c.Write(append(out, body...))
 	c.mu.Unlock()
