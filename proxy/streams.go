@@ -18,8 +18,7 @@ type request struct {
 	start int64 // monotonic nanoseconds when it was forwarded
 	reply reply
 	table reply // for replyPrepared: which topology table was prepared
-	used  bool
-	ddl   bool // may change the schema: reload it once answered
+	ddl   bool  // may change the schema: reload it once answered
 	// version is the request's protocol version, for an answer the proxy
 	// writes itself when the upstream cannot.
 	version uint8
@@ -27,64 +26,135 @@ type request struct {
 	prepared *preparedStatement
 }
 
-// streamPage is one page of the in-flight table.
-type streamPage [256]request
-
-// streams tracks in-flight requests by stream id. Drivers use low ids
-// first, so the table is paged and pages are allocated on first use: an idle
-// connection holds no pages, a busy one a few.
+// streams tracks in-flight requests by stream id, in an open-addressing
+// table sized by what is in flight, not by the ids a client has used:
+// drivers rotate through thousands of ids, and a table indexed by id kept
+// every page they touched. An idle connection holds at most
+// streamsKeptIdle slots.
+//
+// A stream id names one request until its answer: begin refuses an id in
+// flight, so nothing is ever keyed by an id that was reused before its
+// answer.
 type streams struct {
-	pages    [128]*streamPage
+	slots    []streamSlot // len is a power of two, or 0
 	inflight int
 }
 
-// begin records a request on stream id and reports whether it counts as one
-// more in flight: not when the stream already has one (a client bug the
-// proxy still forwards) nor for a negative id, which no answer can name.
+type streamSlot struct {
+	used bool
+	id   int16
+	r    request
+}
+
+const (
+	// streamsMinSlots is the table's first size.
+	streamsMinSlots = 16
+	// streamsKeptIdle is the largest table kept once nothing is in flight;
+	// a larger one, grown by a burst, is dropped, so that bursts of up to
+	// half of it never allocate.
+	streamsKeptIdle = 64
+)
+
+// home returns the slot where id's probe starts. Fibonacci hashing spreads
+// the sequential ids drivers use over the table.
+func (s *streams) home(id int16) int {
+	return int((uint32(uint16(id)) * 0x9E3779B1) >> 16 & uint32(len(s.slots)-1))
+}
+
+// find returns id's slot, or -1.
+func (s *streams) find(id int16) int {
+	if len(s.slots) == 0 {
+		return -1
+	}
+	mask := len(s.slots) - 1
+	for i := s.home(id); ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if !e.used {
+			return -1
+		}
+		if e.id == id {
+			return i
+		}
+	}
+}
+
+// busy reports whether a request on stream id is in flight.
+func (s *streams) busy(id int16) bool { return s.find(id) >= 0 }
+
+// begin records a request on stream id. It reports false, recording
+// nothing, for a negative id (the server's, for events) or an id already in
+// flight: the caller refuses such a request rather than forward it.
 func (s *streams) begin(id int16, r request) bool {
-	if id < 0 {
+	if id < 0 || s.find(id) >= 0 {
 		return false
 	}
-	p := s.pages[uint16(id)>>8]
-	if p == nil {
-		p = new(streamPage)
-		s.pages[uint16(id)>>8] = p
+	// At most half full, so that probes stay short.
+	if 2*(s.inflight+1) > len(s.slots) {
+		s.grow()
 	}
-	e := &p[id&0xff]
-	dup := e.used
-	r.used = true
-	*e = r
-	if !dup {
-		s.inflight++
+	mask := len(s.slots) - 1
+	i := s.home(id)
+	for s.slots[i].used {
+		i = (i + 1) & mask
 	}
-	return !dup
+	s.slots[i] = streamSlot{used: true, id: id, r: r}
+	s.inflight++
+	return true
+}
+
+func (s *streams) grow() {
+	old := s.slots
+	s.slots = make([]streamSlot, max(2*len(old), streamsMinSlots))
+	mask := len(s.slots) - 1
+	for _, e := range old {
+		if !e.used {
+			continue
+		}
+		i := s.home(e.id)
+		for s.slots[i].used {
+			i = (i + 1) & mask
+		}
+		s.slots[i] = e
+	}
 }
 
 // end removes and returns the request on stream id.
 func (s *streams) end(id int16) (request, bool) {
-	if id < 0 {
+	i := s.find(id)
+	if i < 0 {
 		return request{}, false
 	}
-	p := s.pages[uint16(id)>>8]
-	if p == nil || !p[id&0xff].used {
-		return request{}, false
-	}
-	r := p[id&0xff]
-	p[id&0xff] = request{}
+	r := s.slots[i].r
+	s.remove(i)
 	s.inflight--
+	if s.inflight == 0 && len(s.slots) > streamsKeptIdle {
+		s.slots = nil
+	}
 	return r, true
+}
+
+// remove empties slot i, moving back the entries of its probe run that
+// would no longer be found past the hole (no tombstones, so a long-lived
+// connection's probes never lengthen).
+func (s *streams) remove(i int) {
+	mask := len(s.slots) - 1
+	for j := (i + 1) & mask; s.slots[j].used; j = (j + 1) & mask {
+		h := s.home(s.slots[j].id)
+		// Entry j may fill the hole at i unless its home lies cyclically
+		// in (i, j].
+		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
+			s.slots[i] = s.slots[j]
+			i = j
+		}
+	}
+	s.slots[i] = streamSlot{}
 }
 
 // each calls fn for every request in flight.
 func (s *streams) each(fn func(id int16, r request)) {
-	for pi, p := range s.pages {
-		if p == nil {
-			continue
-		}
-		for i := range p {
-			if p[i].used {
-				fn(int16(pi<<8|i), p[i])
-			}
+	for _, e := range s.slots {
+		if e.used {
+			fn(e.id, e.r)
 		}
 	}
 }

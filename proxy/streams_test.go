@@ -1,16 +1,23 @@
 package proxy
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
 
 func TestStreams(t *testing.T) {
 	var s streams
 	for _, id := range []int16{0, 1, 255, 256, 32767} {
 		if !s.begin(id, request{reply: replyLocal}) {
-			t.Fatalf("begin(%d) reported a duplicate", id)
+			t.Fatalf("begin(%d) refused", id)
 		}
 	}
 	if s.begin(1, request{}) {
-		t.Error("second begin on stream 1 not reported")
+		t.Error("second begin on stream 1 not refused")
+	}
+	if s.begin(-1, request{}) {
+		t.Error("begin on negative stream -1 not refused")
 	}
 	if s.inflight != 5 {
 		t.Errorf("inflight %d, want 5", s.inflight)
@@ -24,6 +31,9 @@ func TestStreams(t *testing.T) {
 	if _, ok := s.end(-1); ok {
 		t.Error("events have no request")
 	}
+	if !s.busy(1) || s.busy(2) {
+		t.Errorf("busy(1) = %v, busy(2) = %v; want true, false", s.busy(1), s.busy(2))
+	}
 	n := 0
 	s.each(func(int16, request) { n++ })
 	if n != 4 || s.inflight != 4 {
@@ -31,14 +41,92 @@ func TestStreams(t *testing.T) {
 	}
 }
 
+// The table agrees with a map through random begins and ends, including
+// deletions inside probe runs that wrap around the table's end.
+func TestStreamsAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, span := range []int{8, 40, 300, 1 << 15} {
+		var s streams
+		want := map[int16]int64{}
+		for i := range 200000 {
+			id := int16(rng.IntN(span))
+			if rng.IntN(2) == 0 {
+				_, dup := want[id]
+				if got := s.begin(id, request{start: int64(i)}); got == dup {
+					t.Fatalf("span %d: begin(%d) = %v with %d in flight", span, id, got, len(want))
+				}
+				if !dup {
+					want[id] = int64(i)
+				}
+				continue
+			}
+			r, ok := s.end(id)
+			w, wok := want[id]
+			if ok != wok || r.start != w {
+				t.Fatalf("span %d: end(%d) = %v %v, want %v %v", span, id, r.start, ok, w, wok)
+			}
+			delete(want, id)
+		}
+		if s.inflight != len(want) {
+			t.Fatalf("span %d: inflight %d, want %d", span, s.inflight, len(want))
+		}
+		s.each(func(id int16, r request) {
+			if want[id] != r.start {
+				t.Fatalf("span %d: each gave %d for %d, want %d", span, r.start, id, want[id])
+			}
+			delete(want, id)
+		})
+		if len(want) != 0 {
+			t.Fatalf("span %d: each missed %d", span, len(want))
+		}
+	}
+}
+
 func TestStreamsNoAllocation(t *testing.T) {
 	var s streams
 	s.begin(7, request{})
-	s.end(7)
 	if n := testing.AllocsPerRun(1000, func() {
-		s.begin(7, request{start: 1})
-		s.end(7)
+		s.begin(8, request{start: 1})
+		s.end(8)
 	}); n != 0 {
 		t.Errorf("%v allocations per request", n)
+	}
+}
+
+// A client that has used every stream id, a few at a time, leaves an idle
+// connection a table of a few slots; one that had thousands in flight at
+// once leaves none.
+func TestStreamsMemoryFollowsInFlight(t *testing.T) {
+	slot := int(unsafe.Sizeof(streamSlot{}))
+	cases := []struct {
+		name     string
+		inFlight int
+	}{
+		{"one at a time", 1},
+		{"eight at a time", 8},
+		{"a burst of 2048", 2048},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var s streams
+			peak := 0
+			for start := 0; start < 1<<15; start += tc.inFlight {
+				for id := start; id < min(start+tc.inFlight, 1<<15); id++ {
+					s.begin(int16(id), request{})
+				}
+				peak = max(peak, len(s.slots))
+				for id := start; id < min(start+tc.inFlight, 1<<15); id++ {
+					s.end(int16(id))
+				}
+			}
+			idle := len(s.slots) * slot
+			t.Logf("%d in flight: %d slots at most, %d B kept idle", tc.inFlight, peak, idle)
+			if idle > streamsKeptIdle*slot {
+				t.Errorf("idle after %d in flight: %d B, want at most %d", tc.inFlight, idle, streamsKeptIdle*slot)
+			}
+			if peak > 4*max(tc.inFlight, streamsMinSlots) {
+				t.Errorf("%d in flight took %d slots", tc.inFlight, peak)
+			}
+		})
 	}
 }
