@@ -52,43 +52,85 @@ func (d *Decompressor) Release() {
 	}
 }
 
-// Body returns the decompressed body, valid until the next call. A body
-// that claims more than max bytes is refused before anything is allocated.
-func (d *Decompressor) Body(c Compression, body []byte, max int) ([]byte, error) {
+// Most bytes one byte of a compressed body can decode to. An LZ4 match
+// length grows by 255 for each byte that encodes it; a Snappy copy of 64
+// bytes takes 3. A body claiming more than its bytes can decode to is
+// refused before a buffer is sized by the claim.
+const (
+	lz4MaxRatio    = 255
+	snappyMaxRatio = 22
+)
+
+// DecodedLen returns the length body claims to decompress to with c,
+// after checking the claim against max and against what body's length
+// can decode to at most, so that a short body cannot make its reader set
+// aside a large buffer. For CompressionNone it is len(body).
+func DecodedLen(c Compression, body []byte, max int) (int, error) {
 	switch c {
 	case CompressionLZ4:
 		if len(body) < 4 {
-			return nil, fmt.Errorf("frame: LZ4 body of %d bytes has no length", len(body))
+			return 0, fmt.Errorf("frame: LZ4 body of %d bytes has no length", len(body))
 		}
 		n := int(binary.BigEndian.Uint32(body))
 		if n > max {
-			return nil, fmt.Errorf("frame: LZ4 body claims %d bytes, over the maximum of %d", n, max)
+			return 0, fmt.Errorf("frame: LZ4 body claims %d bytes, over the maximum of %d", n, max)
 		}
-		d.buf = grow(d.buf, n)
-		if n == 0 {
-			return d.buf, nil
+		if n > lz4MaxRatio*(len(body)-4) {
+			return 0, fmt.Errorf("frame: LZ4 body of %d bytes claims %d, more than it can decode to", len(body), n)
 		}
-		got, err := lz4.UncompressBlock(body[4:], d.buf)
-		if err != nil || got != n {
-			return nil, fmt.Errorf("frame: LZ4 body does not decompress to its %d bytes", n)
-		}
-		return d.buf, nil
+		return n, nil
 	case CompressionSnappy:
 		n, err := snappy.DecodedLen(body)
 		if err != nil {
-			return nil, fmt.Errorf("frame: Snappy body: %w", err)
+			return 0, fmt.Errorf("frame: Snappy body: %w", err)
 		}
 		if n > max {
-			return nil, fmt.Errorf("frame: Snappy body claims %d bytes, over the maximum of %d", n, max)
+			return 0, fmt.Errorf("frame: Snappy body claims %d bytes, over the maximum of %d", n, max)
 		}
-		d.buf = grow(d.buf, n)
+		if n > snappyMaxRatio*len(body) {
+			return 0, fmt.Errorf("frame: Snappy body of %d bytes claims %d, more than it can decode to", len(body), n)
+		}
+		return n, nil
+	}
+	return len(body), nil
+}
+
+// Body returns the decompressed body, valid until the next call. A body
+// whose claim DecodedLen refuses is refused before anything is allocated,
+// and a buffer grown for a body that then fails to decode is let go.
+func (d *Decompressor) Body(c Compression, body []byte, max int) ([]byte, error) {
+	if c == CompressionNone {
+		return body, nil
+	}
+	n, err := DecodedLen(c, body, max)
+	if err != nil {
+		return nil, err
+	}
+	d.buf = grow(d.buf, n)
+	out, err := d.decode(c, body, n)
+	if err != nil {
+		d.Release()
+		return nil, err
+	}
+	return out, nil
+}
+
+func (d *Decompressor) decode(c Compression, body []byte, n int) ([]byte, error) {
+	if c == CompressionSnappy {
 		out, err := snappy.Decode(d.buf, body)
 		if err != nil {
 			return nil, fmt.Errorf("frame: Snappy body: %w", err)
 		}
 		return out, nil
 	}
-	return body, nil
+	if n == 0 {
+		return d.buf, nil
+	}
+	got, err := lz4.UncompressBlock(body[4:], d.buf)
+	if err != nil || got != n {
+		return nil, fmt.Errorf("frame: LZ4 body does not decompress to its %d bytes", n)
+	}
+	return d.buf, nil
 }
 
 // Compressor compresses frame bodies, reusing its state.
