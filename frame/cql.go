@@ -101,10 +101,22 @@ type Recognizer struct {
 }
 
 // Release drops the Recognizer's references into the text it last parsed,
-// keeping its buffers, so that a large request can be freed while its
-// connection is idle.
+// and buffers a large one grew, so that a large request can be freed while
+// its connection is idle.
 func (r *Recognizer) Release() {
 	r.lex = lexer{}
+	// Scratch space an IN list of thousands grew is let go of, not only
+	// cleared: an idle connection keeps what an ordinary statement needs.
+	const keep = 256
+	if cap(r.terms) > keep {
+		r.terms = nil
+	}
+	if cap(r.rs) > keep {
+		r.rs = nil
+	}
+	if cap(r.names) > keep {
+		r.names = nil
+	}
 	clear(r.terms[:cap(r.terms)])
 	clear(r.rs[:cap(r.rs)])
 	r.stmt = Statement{}
