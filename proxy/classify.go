@@ -8,6 +8,8 @@ package proxy
 // yet) is reported as not pinned, never guessed.
 
 import (
+	"slices"
+
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
 )
@@ -69,10 +71,13 @@ type Classification struct {
 }
 
 // pkSource says where a prepared statement's partition key component
-// comes from: a bound variable, or a literal serialized at prepare time.
+// comes from: a bound variable, or a literal serialized at prepare time,
+// kept in the statement's literals. It is small because an IN list of
+// literals has one per element: a statement is kept at a few times its
+// text's size, not tens of times.
 type pkSource struct {
-	index   int // bound variable index, or -1
-	literal []byte
+	index      int32 // bound variable index, or -1
+	start, end uint32
 }
 
 // classifier classifies one connection's requests.
@@ -345,6 +350,7 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 		return p
 	}
 	sources := make([][]pkSource, 0, len(t.PartitionKey))
+	var literals []byte
 	for _, col := range t.PartitionKey {
 		r := restriction(st, col.Name)
 		if r == nil || !r.Pinned || len(r.Terms) == 0 {
@@ -354,22 +360,24 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 		for _, term := range r.Terms {
 			switch term.Kind {
 			case frame.TermLiteral:
-				b, err := schema.AppendLiteral(nil, col.Type, term.Text)
-				if err != nil {
+				start := len(literals)
+				var err error
+				if literals, err = schema.AppendLiteral(literals, col.Type, term.Text); err != nil {
 					return p
 				}
-				terms = append(terms, pkSource{index: -1, literal: b})
+				terms = append(terms, pkSource{index: -1, start: uint32(start), end: uint32(len(literals))})
 			case frame.TermPositional, frame.TermNamed:
 				// A prepared statement's variables are numbered by marker
 				// position, named or not.
-				terms = append(terms, pkSource{index: term.Index})
+				terms = append(terms, pkSource{index: int32(term.Index)})
 			default:
 				return p
 			}
 		}
-		sources = append(sources, terms)
+		sources = append(sources, slices.Clip(slices.Clone(terms)))
 	}
 	p.sources = sources
+	p.literals = slices.Clone(literals)
 	return p
 }
 
@@ -413,9 +421,9 @@ func (c *classifier) executeInto(p *preparedStatement, values *frame.Values, sna
 		for _, src := range terms {
 			start := len(c.comps)
 			if src.index < 0 {
-				c.comps = append(c.comps, src.literal...)
+				c.comps = append(c.comps, p.literals[src.start:src.end]...)
 			} else {
-				v, ok := values.At(src.index)
+				v, ok := values.At(int(src.index))
 				if !ok || v.Kind != frame.ValueSet {
 					c.c.Pinned = false
 					return

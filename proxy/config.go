@@ -109,6 +109,11 @@ type Config struct {
 	// remembers; past it the oldest are forgotten (and re-prepared by
 	// drivers when next executed).
 	MaxPreparedStatements int `yaml:"max_prepared_statements"`
+	// MaxPreparedBytes bounds the memory of what the proxy remembers of
+	// prepared statements, as it estimates it: a few large statements
+	// (say, long IN lists of literals) are bounded like many small ones.
+	// One statement larger than the bound is kept alone. 0 means no bound.
+	MaxPreparedBytes ByteSize `yaml:"max_prepared_bytes"`
 	// DialTimeout bounds connecting to an upstream node.
 	DialTimeout Duration `yaml:"dial_timeout"`
 	// DrainTimeout bounds how long shutdown waits for in-flight requests.
@@ -291,6 +296,7 @@ func DefaultConfig() Config {
 		MaxFrameBytes:            16 << 20,
 		MaxBufferedBytes:         4 << 20,
 		MaxPreparedStatements:    100000,
+		MaxPreparedBytes:         64 << 20,
 		MaxConnections:           10000,
 		MaxInFlightPerConnection: 2048,
 		MaxInFlight:              defaultMaxInFlight,
@@ -506,6 +512,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FrameTimeout <= 0 {
 		return fmt.Errorf("frame_timeout: %s must be positive", time.Duration(c.FrameTimeout))
+	}
+	if c.MaxPreparedBytes < 0 {
+		return fmt.Errorf("max_prepared_bytes: %d must not be negative", c.MaxPreparedBytes)
 	}
 	if c.MaxPreparedStatements < 1 {
 		return fmt.Errorf("max_prepared_statements: %d must be positive", c.MaxPreparedStatements)

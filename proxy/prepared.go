@@ -3,6 +3,7 @@ package proxy
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/datastax/go-cassandra-native-protocol/message"
 
@@ -25,6 +26,7 @@ type preparedStatement struct {
 	op                  Op
 	lwt, internal       bool
 	sources             [][]pkSource
+	literals            []byte // the serialized literals sources name
 
 	// text is the statement's text, kept while its partitions could not be
 	// resolved (the schema did not know its table yet), and tried the
@@ -51,6 +53,20 @@ func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema
 	return n
 }
 
+// size estimates the memory the statement holds, for max_prepared_bytes:
+// its own fields and everything they point to, at Go's allocation sizes
+// to within a word or so.
+func (p *preparedStatement) size() int {
+	const word, header = 8, 24
+	n := 184 + len(p.keyspace) + len(p.tableName) + len(p.text) + len(p.literals)
+	n += word*len(p.columns) + 128*len(p.columns)
+	n += header * len(p.sources)
+	for _, terms := range p.sources {
+		n += int(unsafe.Sizeof(pkSource{})) * len(terms)
+	}
+	return n
+}
+
 // preparedShards spreads the registry over locks: statement ids are hashes,
 // so their first byte spreads evenly, and an EXECUTE on one core does not
 // contend with a PREPARE on another.
@@ -58,27 +74,39 @@ const preparedShards = 64
 
 // preparedRegistry remembers what the proxy learned of each prepared
 // statement, shared by all connections (drivers prepare on one connection
-// and execute on others). It holds at most max statements; past that the
+// and execute on others). It holds at most maxCount statements and, but for
+// a single statement larger than that, maxBytes of them; past either the
 // oldest are forgotten, and an EXECUTE of a forgotten id is answered with
 // Unprepared so that the driver prepares it again through the proxy.
+//
+// Lookups take only their shard's lock. Additions, which follow a PREPARE's
+// answer and are rare, also take mu, which keeps the order of arrival over
+// all shards so that the bounds hold for the whole registry.
 type preparedRegistry struct {
 	shards [preparedShards]preparedShard
+
+	mu       sync.Mutex
+	order    []string // ids, oldest first from head
+	head     int
+	bytes    int // estimated size of the statements held
+	maxCount int
+	maxBytes int // 0: no bound
 }
 
 type preparedShard struct {
-	mu    sync.RWMutex
-	byID  map[string]*preparedStatement
-	order []string // ids in insertion order, a ring once full
-	next  int      // where the ring writes next
-	max   int
+	mu   sync.RWMutex
+	byID map[string]preparedEntry
+}
+
+type preparedEntry struct {
+	p    *preparedStatement
+	size int
 }
 
 func newPreparedRegistry(max int) *preparedRegistry {
-	r := &preparedRegistry{}
-	per := max/preparedShards + 1
+	r := &preparedRegistry{maxCount: max}
 	for i := range r.shards {
-		r.shards[i].byID = make(map[string]*preparedStatement)
-		r.shards[i].max = per
+		r.shards[i].byID = make(map[string]preparedEntry)
 	}
 	return r
 }
@@ -94,38 +122,64 @@ func (r *preparedRegistry) shard(id []byte) *preparedShard {
 func (r *preparedRegistry) get(id []byte) *preparedStatement {
 	sh := r.shard(id)
 	sh.mu.RLock()
-	p := sh.byID[string(id)]
+	e := sh.byID[string(id)]
 	sh.mu.RUnlock()
-	return p
+	return e.p
 }
 
-// put records p under id, forgetting the shard's oldest statement when full.
+// put records p under id, forgetting the oldest statements while the
+// registry is over its bounds.
 func (r *preparedRegistry) put(id []byte, p *preparedStatement) {
 	sh := r.shard(id)
 	key := string(id)
+	size := len(key) + 64 + p.size() // the id twice, the map's entry
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if _, ok := sh.byID[key]; ok {
-		sh.byID[key] = p
-		return
+	old, ok := sh.byID[key]
+	sh.byID[key] = preparedEntry{p, size}
+	sh.mu.Unlock()
+	r.bytes += size - old.size
+	if !ok {
+		r.order = append(r.order, key)
 	}
-	if len(sh.order) < sh.max {
-		sh.order = append(sh.order, key)
-	} else {
-		delete(sh.byID, sh.order[sh.next])
-		sh.order[sh.next] = key
-		sh.next = (sh.next + 1) % sh.max
+	for r.held() > 1 && (r.held() > r.maxCount || r.maxBytes > 0 && r.bytes > r.maxBytes) {
+		r.forgetOldest()
 	}
-	sh.byID[key] = p
+	// Drop what the queue's front has left behind, at most once per its
+	// length in additions.
+	if r.head > 0 && r.head >= len(r.order)/2 {
+		r.order = append(r.order[:0:0], r.order[r.head:]...)
+		r.head = 0
+	}
+}
+
+func (r *preparedRegistry) held() int { return len(r.order) - r.head }
+
+func (r *preparedRegistry) forgetOldest() {
+	key := r.order[r.head]
+	r.order[r.head] = ""
+	r.head++
+	sh := &r.shards[0]
+	if key != "" {
+		sh = &r.shards[key[0]%preparedShards]
+	}
+	sh.mu.Lock()
+	r.bytes -= sh.byID[key].size
+	delete(sh.byID, key)
+	sh.mu.Unlock()
 }
 
 // len returns how many statements the registry holds.
 func (r *preparedRegistry) len() int {
-	n := 0
-	for i := range r.shards {
-		r.shards[i].mu.RLock()
-		n += len(r.shards[i].byID)
-		r.shards[i].mu.RUnlock()
-	}
-	return n
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held()
+}
+
+// size returns the estimated bytes of the statements the registry holds.
+func (r *preparedRegistry) size() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
 }

@@ -25,3 +25,44 @@ func TestPreparedRegistryBounded(t *testing.T) {
 		t.Errorf("get allocates %v", n)
 	}
 }
+
+// Statements large in memory are bounded by bytes as well as by count: a
+// few PREPAREs of long IN lists of literals cannot hold more than
+// max_prepared_bytes.
+func TestPreparedRegistryBoundedInBytes(t *testing.T) {
+	r := newPreparedRegistry(100000)
+	r.maxBytes = 4 << 20
+	id := func(i int) []byte { s := md5.Sum([]byte(fmt.Sprint(i))); return s[:] }
+	large := func() *preparedStatement {
+		terms := make([]pkSource, 20000)
+		for i := range terms {
+			terms[i] = pkSource{index: -1, start: uint32(4 * i), end: uint32(4*i + 4)}
+		}
+		return &preparedStatement{op: OpRead, sources: [][]pkSource{terms}, literals: make([]byte, 4*len(terms))}
+	}
+	one := large().size()
+	for i := range 20 {
+		r.put(id(i), large())
+	}
+	if got := r.size(); got > 4<<20 {
+		t.Errorf("registry holds %d bytes of statements, bound %d", got, 4<<20)
+	}
+	if want := (4 << 20) / one; r.len() > want {
+		t.Errorf("%d statements of %d bytes held, want at most %d", r.len(), one, want)
+	}
+	if r.get(id(19)) == nil || r.get(id(0)) != nil {
+		t.Error("not the oldest forgotten first")
+	}
+	// One statement over the bound is kept alone, so that it can be
+	// executed at all.
+	r.maxBytes = one / 2
+	r.put(id(100), large())
+	if r.len() != 1 || r.get(id(100)) == nil {
+		t.Errorf("a statement over the bound: %d held", r.len())
+	}
+	// Replacing a statement accounts for its new size.
+	r.put(id(100), &preparedStatement{})
+	if got := r.size(); got > 1024 {
+		t.Errorf("after replacing the large statement with a small one: %d bytes", got)
+	}
+}
