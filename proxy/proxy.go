@@ -120,6 +120,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 		stopBg:   func() {},
 		inflight: newBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
 	}
+	p.prepared.maxBytes = int(cfg.MaxPreparedBytes)
 	p.requestFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	p.responseFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	if cfg.MaxBufferedBytesTotal > 0 {
@@ -402,6 +403,9 @@ type session struct {
 	rateLimitOptIn bool              // the driver asked for the rate-limit error
 
 	decomp frame.Decompressor // request path only
+	// decompHeld is what a decompressed body over 64 KiB holds of
+	// max_frame_bytes_total. Request path only.
+	decompHeld int
 	// heldLarge is set once the classifier or decomp may hold on to a
 	// request larger than largeFrame, which they must let go of before the
 	// connection idles. Request path only.
@@ -572,6 +576,7 @@ func (s *session) giveBack() {
 	s.p.inflight.give(n)
 	s.fromClient.Release()
 	s.fromUpstream.Release()
+	s.giveDecompressed()
 }
 
 // quiet is called by the watchdog on each tick; it returns for how many
@@ -701,6 +706,7 @@ func (s *session) serveRequests() error {
 		// Read a frame. Frames the proxy cannot take are answered, not
 		// dropped, so the driver's request never waits for nothing. With
 		// nothing buffered, wait for the client without a read buffer.
+		s.giveDecompressed()
 		if s.fromClient.Buffered() == 0 {
 			if s.heldLarge {
 				s.class.release()
@@ -754,6 +760,18 @@ func (s *session) serveRequests() error {
 			m.protocolErrors.WithLabelValues("response_from_client").Inc()
 			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request frame with the response bit set")
 			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "frame from client has the response bit set")
+			continue
+		}
+
+		// A stream id names one request until its answer. A negative id is
+		// the server's (events), and a second request on an id in flight
+		// would take the first one's answer, or its place in the stream
+		// table: both are refused before anything else is done with them,
+		// so that they change nothing the proxy shares.
+		if reason, msg := s.badStream(h.Stream); reason != "" {
+			m.protocolErrors.WithLabelValues(reason).Inc()
+			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg(msg)
+			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "cqlguard: "+msg)
 			continue
 		}
 
@@ -828,18 +846,17 @@ func (s *session) serveRequests() error {
 		if s.streams.inflight == 0 {
 			s.activity++ // the upstream's silence counts from now
 		}
-		counted := s.streams.begin(h.Stream, req)
+		// badStream saw the id free, and only this path begins streams.
+		s.streams.begin(h.Stream, req)
 		full := max > 0 && s.streams.inflight >= max
 		s.mu.Unlock()
-		if !counted {
-			s.p.inflight.give(1)
-		}
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}
 		// Write copied the frame: give its share of max_frame_bytes_total
 		// back before waiting on anything.
 		s.fromClient.Release()
+		s.giveDecompressed()
 		// Back-pressure: with as many requests in flight as allowed, read
 		// nothing more from this client until one is answered.
 		if full {
@@ -860,6 +877,22 @@ func (s *session) serveRequests() error {
 			s.fromClient.UseSegments(s.reqCompression == frame.CompressionLZ4)
 		}
 	}
+}
+
+// badStream returns the reason and message to refuse a request on stream
+// id with, or "" for an id that may carry a new request: not negative and
+// not in flight.
+func (s *session) badStream(id int16) (reason, msg string) {
+	if id < 0 {
+		return "negative_stream", fmt.Sprintf("request on stream %d: negative stream ids are the server's", id)
+	}
+	s.mu.Lock()
+	busy := s.streams.busy(id)
+	s.mu.Unlock()
+	if busy {
+		return "stream_in_use", fmt.Sprintf("request on stream %d, which has a request in flight", id)
+	}
+	return "", ""
 }
 
 // serveResponses is the response path: it forwards each frame from the
@@ -994,11 +1027,12 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	body := f[frame.HeaderSize:]
 	if h.Compressed() {
 		var err error
-		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
-			s.unclassified(h, err)
+		if body, err = s.decompress(body, len(f)); err != nil {
+			if !errors.Is(err, errSessionClosed) {
+				s.unclassified(h, err)
+			}
 			return nil, nil
 		}
-		s.heldLarge = s.heldLarge || len(body) > largeFrame
 	}
 	body = skipRequestPrefix(body, h)
 	snap := s.p.schema.Current()
@@ -1042,6 +1076,41 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		return s.class.batch(&b, s.p.prepared, snap)
 	}
 	return nil, nil
+}
+
+// decompress returns the decompressed body of a request frame of n bytes.
+// A body over 64 KiB takes its size from max_frame_bytes_total in place of
+// its frame's share, which it gives back (the frame's bytes are held no
+// longer than its body's), and holds it until giveDecompressed: after the
+// request is forwarded or answered. So the request path never waits for
+// room while it holds any, and a compressed body, small on the wire, is
+// counted at the size it takes in memory.
+func (s *session) decompress(body []byte, n int) ([]byte, error) {
+	size, err := frame.DecodedLen(s.reqCompression, body, s.p.cfg.MaxFrameBytes)
+	if err != nil {
+		return nil, err
+	}
+	if size > largeFrame && size > s.decompHeld {
+		s.fromClient.Release()
+		s.giveDecompressed()
+		share := max(size, n)
+		if !s.p.requestFrames.take(int64(share), &s.stopped, nil) {
+			return nil, errSessionClosed
+		}
+		s.decompHeld = share
+		s.heldLarge = true
+	}
+	return s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes)
+}
+
+// giveDecompressed lets go of a decompressed body over 64 KiB and gives
+// its share of max_frame_bytes_total back.
+func (s *session) giveDecompressed() {
+	if s.decompHeld > 0 {
+		s.decomp.Release()
+		s.p.requestFrames.give(s.decompHeld)
+		s.decompHeld = 0
+	}
 }
 
 // unclassified notes a request whose body the proxy cannot decode. It is
@@ -1157,7 +1226,7 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 		// the upstream did (v4 and later): each partition key column is
 		// one bound variable.
 		for i := range prep.PKIndexes.Len() {
-			p.sources = append(p.sources, []pkSource{{index: int(prep.PKIndexes.At(i))}})
+			p.sources = append(p.sources, []pkSource{{index: int32(prep.PKIndexes.At(i))}})
 		}
 		if len(p.keyspace) == 0 {
 			p.keyspace = append([]byte(nil), prep.Keyspace...)

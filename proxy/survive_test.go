@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/md5"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -45,6 +46,10 @@ type stubNode struct {
 type stubConn struct {
 	c  net.Conn
 	mu sync.Mutex // serializes writes: answers and released requests
+	// prepared is the body of the RESULT Prepared answering a PREPARE
+	// (protocol v4, no variables or columns), with the statement's id the
+	// MD5 of its text, set by serve before answering.
+	prepared []byte
 }
 
 type heldRequest struct {
@@ -89,7 +94,7 @@ func (n *stubNode) accept() {
 }
 
 func (n *stubNode) serve(c *stubConn) {
-	r := frame.NewReader(bufio.NewReaderSize(c.c, 512), 1<<20)
+	r := frame.NewReader(bufio.NewReaderSize(c.c, 512), 4<<20)
 	for {
 		f, h, err := r.Next()
 		if err != nil {
@@ -103,6 +108,14 @@ func (n *stubNode) serve(c *stubConn) {
 			n.mu.Lock()
 			n.statements = append(n.statements, string(q))
 			n.mu.Unlock()
+		}
+		if h.Opcode == frame.OpPrepare {
+			q, _ := frame.QueryString(f[frame.HeaderSize:])
+			id := md5.Sum(q)
+			c.prepared = append(binary.BigEndian.AppendUint32(c.prepared[:0], resultPrepared), 0, 16)
+			c.prepared = append(c.prepared, id[:]...)
+			c.prepared = append(c.prepared, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // no flags, columns or key
+			c.prepared = append(c.prepared, 0, 0, 0, 4, 0, 0, 0, 0)             // result: no metadata
 		}
 		if h.Opcode == frame.OpOptions && scylla {
 			c.supported(h, map[string]string{"SCYLLA_RATE_LIMIT_ERROR": "ERROR_CODE=61440"})
@@ -141,6 +154,8 @@ func (c *stubConn) answer(h frame.Header) {
 		c.reply(h, frame.OpSupported, []byte{0, 0})
 	case frame.OpStartup:
 		c.reply(h, frame.OpReady, nil)
+	case frame.OpPrepare:
+		c.reply(h, frame.OpResult, c.prepared)
 	default:
 		c.reply(h, frame.OpResult, []byte{0, 0, 0, 1}) // Void
 	}

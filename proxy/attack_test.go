@@ -1,0 +1,264 @@
+package proxy
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+// Regression tests for what an attacker found (issue 19): what one
+// connection sends must not change how others are treated, and a
+// connection's memory follows what it has in flight.
+
+// startAttackProxy runs a proxy on a port of its own in front of upstream,
+// with schema snap (nil: none), and returns it and its address.
+func startAttackProxy(t *testing.T, upstream string, snap *schema.Snapshot, edit func(*Config)) (*Proxy, string) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{upstream}
+	cfg.DialTimeout = Duration(time.Second)
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{snap}))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return p, ln.Addr().String()
+}
+
+// A second request on a stream id in flight is refused with a protocol
+// error on that stream and never reaches the node; the first is answered
+// once, and the id is free again after.
+func TestStreamInFlightRefused(t *testing.T) {
+	t.Parallel()
+	node := startStubNode(t, "127.0.0.1:0")
+	_, addr := startAttackProxy(t, node.ln.Addr().String(), nil, nil)
+	c := dialStub(t, addr)
+	c.write(stubQuery(5, "SELECT hold FROM ks.t"))
+	node.waitHeld(t, 1)
+	c.write(append(stubQuery(5, "SELECT hold FROM ks.t"), stubQuery(5, "SELECT * FROM ks.t")...))
+	for range 2 {
+		stream, code, msg, err := c.next()
+		if err != nil || stream != 5 || code != frame.ErrCodeProtocol || !strings.Contains(msg, "in flight") {
+			t.Fatalf("request on a stream in flight: stream %d, code %#x %q, %v; want a protocol error on stream 5", stream, code, msg, err)
+		}
+	}
+	if n := node.heldNow(); n != 1 {
+		t.Errorf("the node holds %d requests, want 1", n)
+	}
+	node.release(1)
+	if stream, code, _, err := c.next(); err != nil || stream != 5 || code != 0 {
+		t.Fatalf("the held request's answer: stream %d code %#x %v", stream, code, err)
+	}
+	c.write(stubQuery(5, "SELECT * FROM ks.t"))
+	if stream, code, _, err := c.next(); err != nil || stream != 5 || code != 0 {
+		t.Fatalf("stream 5 once free: stream %d code %#x %v", stream, code, err)
+	}
+}
+
+// Two PREPAREs on one stream, in one write, cannot register the first
+// statement's id with what the proxy learned of the second: an EXECUTE of a
+// limited table would otherwise be taken for a system query, or a system
+// query for a limited table's, for every connection.
+func TestPreparedNotPoisonedByStreamReuse(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	p, addr := startAttackProxy(t, node.Addr(), testSnapshot(t), nil)
+	for _, pair := range [][2]string{
+		{"SELECT v FROM ks.kv WHERE k = ?", "SELECT release_version FROM system.local WHERE key = 'local'"},
+		{"SELECT * FROM system.peers", "UPDATE ks.kv SET v = ? WHERE k = ?"},
+	} {
+		c := dialBad(t, addr, 4, nil)
+		var both []byte
+		for _, q := range pair {
+			both = append(both, msgFrame(t, 4, 9, &message.Prepare{Query: q})...)
+		}
+		c.write(both)
+		for range 2 {
+			if _, err := c.next(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, q := range pair {
+			sum := md5.Sum([]byte(q))
+			st := p.prepared.get(sum[:])
+			if st == nil {
+				continue // refused, never prepared
+			}
+			internal := strings.Contains(q, "system.")
+			if st.internal != internal || !internal && string(st.tableName) != "kv" {
+				t.Errorf("%q registered as table %q, internal %v", q, st.tableName, st.internal)
+			}
+		}
+	}
+}
+
+// Negative stream ids are the server's: a request on one is refused with a
+// protocol error on that stream, and never reaches the node, whose answer
+// (say, system.local's real address) the proxy would not rewrite.
+func TestNegativeStreamRefused(t *testing.T) {
+	t.Parallel()
+	node := startStubNode(t, "127.0.0.1:0")
+	node.mu.Lock()
+	node.record = true
+	node.mu.Unlock()
+	_, addr := startAttackProxy(t, node.ln.Addr().String(), nil, nil)
+	c := dialBad(t, addr, 4, nil)
+	c.write(rawFrame(4, -1, frame.OpOptions, 0))
+	c.write(msgFrame(t, 4, -2, &message.Query{Query: "SELECT * FROM system.local"}))
+	c.write(msgFrame(t, 4, -32768, &message.Query{Query: "SELECT * FROM system.peers"}))
+	for _, want := range []int16{-1, -2, -32768} {
+		r, err := c.next()
+		if err != nil || r.stream != want || r.opcode != frame.OpError || r.code != frame.ErrCodeProtocol {
+			t.Fatalf("request on stream %d: %v %v; want a protocol error on it", want, r, err)
+		}
+	}
+	node.mu.Lock()
+	got := node.statements
+	node.mu.Unlock()
+	if len(got) != 0 {
+		t.Errorf("the node received %q", got)
+	}
+}
+
+// A connection that has used many stream ids, as drivers do by rotating
+// through them, keeps little once idle: the stream table follows what is
+// in flight, not which ids were used.
+func TestIdleAfterManyStreams(t *testing.T) {
+	node := startStubNode(t, "127.0.0.1:0")
+	_, addr := startAttackProxy(t, node.ln.Addr().String(), nil, nil)
+	const n = 50
+	clients := make([]*stubClient, n)
+	for i := range clients {
+		clients[i] = dialStub(t, addr)
+	}
+	settle(t)
+	before, _ := memUse()
+	for _, c := range clients {
+		// 128 requests, one at a time, each on an id of another 256.
+		for i := range 128 {
+			stream := int16(i<<8 | i)
+			c.write(stubQuery(stream, "SELECT * FROM ks.t"))
+			if got, code, msg, err := c.next(); err != nil || got != stream || code != 0 {
+				t.Fatalf("stream %d: %d %#x %q %v", stream, got, code, msg, err)
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // every session back to waiting
+	after, _ := memUse()
+	per := (float64(after) - float64(before)) / n
+	t.Logf("per connection idle after 128 stream ids: %.0f B more heap", per)
+	// A table indexed by stream id kept about 800 KB.
+	if per > 8<<10 {
+		t.Errorf("a connection idle after using 128 stream ids holds %.0f B more heap, want under 8 KiB", per)
+	}
+	for _, c := range clients {
+		c.c.Close()
+	}
+}
+
+// A compressed body's claimed length does not size a buffer that outlives
+// it: six bytes claiming 16 MiB are refused before anything is set aside,
+// and a body that claims what it could decode to, but does not, leaves no
+// buffer behind. Both are forwarded for the node to answer.
+func TestIdleAfterCompressedClaims(t *testing.T) {
+	node := startStubNode(t, "127.0.0.1:0")
+	_, addr := startAttackProxy(t, node.ln.Addr().String(), nil, nil)
+	bodies := map[string][]byte{
+		"six bytes claiming 16 MiB": {0xff, 0xff, 0xff, 0x00, 0, 0},
+		"64 KiB claiming 8 MiB":     append(binary.BigEndian.AppendUint32(nil, 8<<20), make([]byte, 64<<10)...),
+	}
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			const n = 10
+			clients := make([]*badClient, n)
+			for i := range clients {
+				clients[i] = dialBad(t, addr, 4, map[string]string{"COMPRESSION": "lz4"})
+			}
+			settle(t)
+			before, _ := memUse()
+			for _, c := range clients {
+				f := frame.AppendHeader(nil, frame.Header{Version: 4, Flags: frame.FlagCompression, Stream: 3, Opcode: frame.OpQuery, Length: len(body)})
+				c.write(append(f, body...))
+				if r, err := c.next(); err != nil || r.stream != 3 {
+					t.Fatalf("compressed claim: %v %v", r, err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			after, _ := memUse()
+			per := (float64(after) - float64(before)) / n
+			t.Logf("per connection idle after %s: %.0f B more heap", name, per)
+			if per > 64<<10 {
+				t.Errorf("a connection idle after %s holds %.0f B more heap, want under 64 KiB", name, per)
+			}
+			for _, c := range clients {
+				c.c.Close()
+			}
+		})
+	}
+}
+
+// Large PREPAREs are bounded by max_prepared_bytes: statements with IN
+// lists of literals many times larger in memory than on the wire no longer
+// pile up until max_prepared_statements.
+func TestLargePreparesBounded(t *testing.T) {
+	// The stub node keeps nothing of what it prepares.
+	node := startStubNode(t, "127.0.0.1:0")
+	const bound = 4 << 20
+	p, addr := startAttackProxy(t, node.ln.Addr().String(), testSnapshot(t), func(c *Config) {
+		c.MaxFrameBytes = 2 << 20
+		c.MaxPreparedBytes = bound
+	})
+	c := dialBad(t, addr, 4, nil)
+	c.c.SetDeadline(time.Now().Add(60 * time.Second))
+	settle(t)
+	before, _ := memUse()
+	for i := range 10 {
+		var b strings.Builder
+		fmt.Fprintf(&b, "SELECT v FROM ks.kv WHERE k IN (%d", i)
+		for b.Len() < 256<<10 {
+			b.WriteString(",1,2,3,4,5,6,7,8,9")
+		}
+		b.WriteString(")")
+		c.write(msgFrame(t, 4, int16(i), &message.Prepare{Query: b.String()}))
+		if r, err := c.next(); err != nil || r.opcode != frame.OpResult {
+			t.Fatalf("PREPARE %d: %v %v", i, r, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the session back to waiting
+	after, _ := memUse()
+	grew := float64(after) - float64(before)
+	t.Logf("10 PREPAREs of 256 KiB IN lists: %d statements held, %d B estimated, heap %.1f MiB more", p.prepared.len(), p.prepared.size(), grew/(1<<20))
+	if p.prepared.size() > bound {
+		t.Errorf("registry holds %d bytes, bound %d", p.prepared.size(), bound)
+	}
+	if grew > 2*bound {
+		t.Errorf("heap grew %.1f MiB with max_prepared_bytes %d MiB", grew/(1<<20), bound>>20)
+	}
+}
