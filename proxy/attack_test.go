@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/apache/cassandra-gocql-driver/v2/lz4"
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -264,5 +267,79 @@ func TestLargePreparesBounded(t *testing.T) {
 	}
 	if grew > 2*bound {
 		t.Errorf("heap grew %.1f MiB with max_prepared_bytes %d MiB", grew/(1<<20), bound>>20)
+	}
+}
+
+// Drivers rotate stream ids: gocql sessions that ran thousands of queries
+// each, many at once, simple and prepared, plain and LZ4, leave each idle
+// connection through the proxy costing what an idle connection costs. The
+// proxy's share is what the same load costs over direct connections to the
+// node subtracted from what it costs through the proxy.
+func TestIdleAfterDriverLoad(t *testing.T) {
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	p, addr := startAttackProxy(t, node.Addr(), testSnapshot(t), nil)
+	const sessions, workers, queries = 6, 16, 250
+	load := func(host string, comp gocql.Compressor) (perConn float64, conns int) {
+		t.Helper()
+		settle(t)
+		before, _ := memUse()
+		var open []*gocql.Session
+		for range sessions {
+			cluster := gocql.NewCluster(host)
+			cluster.ProtoVersion = 4
+			cluster.NumConns = 2
+			cluster.Compressor = comp
+			cluster.Timeout = 10 * time.Second
+			s, err := cluster.CreateSession()
+			if err != nil {
+				t.Fatalf("CreateSession through %s: %v", host, err)
+			}
+			open = append(open, s)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, sessions*workers)
+		for _, s := range open {
+			for w := range workers {
+				wg.Go(func() {
+					for i := range queries {
+						var err error
+						if i%2 == 0 {
+							err = s.Query("SELECT v FROM ks.kv WHERE k = ?", fmt.Sprint(w*queries+i)).Exec() // the fake node takes text
+						} else {
+							err = s.Query(fmt.Sprintf("SELECT v FROM ks.kv WHERE k = %d", i)).Exec()
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("query through %s: %v", host, err)
+		}
+		time.Sleep(200 * time.Millisecond) // every session back to waiting
+		after, _ := memUse()
+		conns = int(p.conns.Load())
+		for _, s := range open {
+			s.Close()
+		}
+		return float64(after) - float64(before), conns
+	}
+	for _, tc := range []struct {
+		name string
+		comp gocql.Compressor
+	}{{"plain", nil}, {"lz4", lz4.LZ4Compressor{}}} {
+		direct, _ := load(node.Addr(), tc.comp)
+		proxied, conns := load(addr, tc.comp)
+		per := (proxied - direct) / float64(conns)
+		t.Logf("%s: %d sessions × %d queries, %d connections through the proxy; each idle connection costs the proxy %.0f B of heap (whole heap: direct %.0f B, through the proxy %.0f B)",
+			tc.name, sessions, workers*queries, conns, per, direct, proxied)
+		if per > 20<<10 {
+			t.Errorf("%s: an idle connection after driver load costs the proxy %.0f B of heap, want under 20 KiB", tc.name, per)
+		}
 	}
 }
