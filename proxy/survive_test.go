@@ -24,8 +24,10 @@ import (
 // stubNode is a fake upstream node that speaks just enough of the protocol
 // for the proxy, and keeps little per connection so that memory measured
 // around it is mostly the proxy's: SUPPORTED for OPTIONS, READY for
-// STARTUP, a void RESULT for every other request, except that a QUERY whose
-// text contains "hold" is held unanswered until release, or for ever.
+// STARTUP, a RESULT Prepared for PREPARE, a void RESULT for every other
+// request, except that a QUERY or PREPARE whose text contains "refuse" is
+// answered Invalid, and a QUERY whose text contains "hold" is held
+// unanswered until release, or for ever.
 type stubNode struct {
 	ln net.Listener
 
@@ -108,6 +110,12 @@ func (n *stubNode) serve(c *stubConn) {
 			n.mu.Lock()
 			n.statements = append(n.statements, string(q))
 			n.mu.Unlock()
+		}
+		if h.Opcode == frame.OpQuery || h.Opcode == frame.OpPrepare {
+			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("refuse")) {
+				c.reply(h, frame.OpError, frame.AppendError(nil, h.Version, h.Stream, frame.ErrCodeInvalid, "stub: refused")[frame.HeaderSize:])
+				continue
+			}
 		}
 		if h.Opcode == frame.OpPrepare {
 			q, _ := frame.QueryString(f[frame.HeaderSize:])
