@@ -44,7 +44,7 @@ integration:
 # and through cqlguard, and prints one table (docs/benchmarks.md); about five
 # minutes. BENCHFLAGS passes flags to the suite, say BENCHFLAGS='-only "EXECUTE v4"'.
 bench: build
-	$(GO) build -o bin/cqlguard-bench ./cmd/cqlguard-bench
+	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bin/cqlguard-bench suite -cqlguard bin/cqlguard $(BENCHFLAGS)
 
 clean:
@@ -56,7 +56,7 @@ clean:
 # that table's limit switched on by a reload. It prints the figures and
 # writes docs/goodput.png; about 2 minutes once Cassandra is up.
 goodput: build
-	$(GO) build -o bin/cqlguard-bench ./cmd/cqlguard-bench
+	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bash test/cassandra/cassandra.sh start
 	bin/cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/goodput.png $(GOODPUTFLAGS)
