@@ -54,7 +54,6 @@ go_memstats_mallocs_total 1.234e+06
 cqlguard_frames_total{direction="request",opcode="EXECUTE"} 100
 cqlguard_frames_total{direction="request",opcode="QUERY"} 20
 cqlguard_frames_total{direction="response",opcode="RESULT"} 120
-malformed line
 `
 	m, err := parseMetrics(strings.NewReader(text))
 	if err != nil {
@@ -68,6 +67,9 @@ malformed line
 	}
 	if got := m.sum("cqlguard_frames_total", `direction="request"`, `opcode="QUERY"`); got != 20 {
 		t.Errorf("queries %v", got)
+	}
+	if _, err := parseMetrics(strings.NewReader(text + "malformed line\n")); err == nil {
+		t.Error("a malformed line read without an error")
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // clockTick is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
@@ -95,28 +97,39 @@ func scrape(ctx context.Context, url string) (metrics, error) {
 	return parseMetrics(resp.Body)
 }
 
-// parseMetrics reads the Prometheus text format, keeping samples only.
+// parseMetrics reads the Prometheus text format into one value a series,
+// keyed by name{label="value",...} with labels in order.
 func parseMetrics(r io.Reader) (metrics, error) {
-	m := metrics{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		// The value follows the last space (no timestamps are written).
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		m[line[:i]] = v
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading metrics: %w", err)
 	}
-	return m, sc.Err()
+	m := metrics{}
+	for name, f := range families {
+		for _, s := range f.GetMetric() {
+			key := name
+			if len(s.GetLabel()) > 0 {
+				var b strings.Builder
+				for i, l := range s.GetLabel() {
+					if i > 0 {
+						b.WriteByte(',')
+					}
+					fmt.Fprintf(&b, "%s=%q", l.GetName(), l.GetValue())
+				}
+				key += "{" + b.String() + "}"
+			}
+			switch {
+			case s.Counter != nil:
+				m[key] = s.GetCounter().GetValue()
+			case s.Gauge != nil:
+				m[key] = s.GetGauge().GetValue()
+			case s.Untyped != nil:
+				m[key] = s.GetUntyped().GetValue()
+			}
+		}
+	}
+	return m, nil
 }
 
 // sum adds the series whose name is name and whose labels include all of
