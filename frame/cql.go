@@ -79,16 +79,6 @@ type Statement struct {
 	Markers int
 }
 
-// Restriction returns the restriction on column name, or nil.
-func (s *Statement) Restriction(name []byte) *Restriction {
-	for i := range s.Restrictions {
-		if bytes.Equal(s.Restrictions[i].Column, name) {
-			return &s.Restrictions[i]
-		}
-	}
-	return nil
-}
-
 // Recognizer parses statements, reusing its buffers so that recognising
 // allocates nothing once they have grown.
 type Recognizer struct {

@@ -79,15 +79,6 @@ func TestKeyBuilder(t *testing.T) {
 	}
 }
 
-func TestTokenNeverMin(t *testing.T) {
-	for i := range 100000 {
-		k := []byte{byte(i), byte(i >> 8), byte(i >> 16)}
-		if Token(k) == math.MinInt64 {
-			t.Fatalf("Token(%x) = MinInt64", k)
-		}
-	}
-}
-
 func TestTokenAllocs(t *testing.T) {
 	key := make([]byte, 37)
 	var kb KeyBuilder
