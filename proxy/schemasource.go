@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/schema"
+	"github.com/cqlguard/cqlguard/schema/loader"
 )
 
 // SchemaSource supplies the partition keys of the upstream's tables.
@@ -26,23 +27,23 @@ type SchemaSource interface {
 // upstreamSchema loads the schema from the upstream nodes, connecting on
 // first use so that the proxy starts even while they are down.
 type upstreamSchema struct {
-	cfg     schema.DialConfig
+	cfg     loader.DialConfig
 	mu      sync.Mutex
 	session *gocql.Session
 }
 
-// Load implements schema.Source.
+// Load implements loader.Source.
 func (u *upstreamSchema) Load(ctx context.Context) (*schema.Snapshot, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.session == nil {
-		s, err := schema.Dial(ctx, u.cfg)
+		s, err := loader.Dial(ctx, u.cfg)
 		if err != nil {
 			return nil, err
 		}
 		u.session = s
 	}
-	snap, err := schema.NewLoader(u.session).Load(ctx)
+	snap, err := loader.New(u.session).Load(ctx)
 	if err != nil {
 		// A session whose nodes all went away, as when the upstream
 		// restarts, may never find them again: dial afresh next time.
@@ -62,12 +63,12 @@ func (u *upstreamSchema) close() {
 
 // startSchema starts loading the schema from cfg's upstreams until ctx
 // ends.
-func startSchema(ctx context.Context, cfg Config, tlsConf *tls.Config, log zerolog.Logger) (*schema.Schema, func(), error) {
+func startSchema(ctx context.Context, cfg Config, tlsConf *tls.Config, log zerolog.Logger) (*loader.Schema, func(), error) {
 	password, err := cfg.Schema.password()
 	if err != nil {
 		return nil, nil, err
 	}
-	src := &upstreamSchema{cfg: schema.DialConfig{
+	src := &upstreamSchema{cfg: loader.DialConfig{
 		Upstreams: cfg.Upstreams,
 		Username:  cfg.Schema.Username,
 		Password:  password,
@@ -75,7 +76,7 @@ func startSchema(ctx context.Context, cfg Config, tlsConf *tls.Config, log zerol
 		TLS:       tlsConf,
 		Log:       log,
 	}}
-	s := schema.New(src, log.With().Str("component", "schema").Logger(), time.Duration(cfg.Schema.Refresh))
+	s := loader.NewSchema(src, log.With().Str("component", "schema").Logger(), time.Duration(cfg.Schema.Refresh))
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

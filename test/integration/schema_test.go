@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/schema"
+	"github.com/cqlguard/cqlguard/schema/loader"
 )
 
 const schemaKeyspace = "cqlguard_schema"
@@ -57,7 +58,7 @@ func dialSchema(t *testing.T) *gocql.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := schema.Dial(ctx, schema.DialConfig{
+	s, err := loader.Dial(ctx, loader.DialConfig{
 		Upstreams: []string{cassandraAddr},
 		Username:  user,
 		Password:  password,
@@ -79,7 +80,7 @@ func TestSchemaLoad(t *testing.T) {
 		}
 	}
 
-	loader := schema.NewLoader(session)
+	l := loader.New(session)
 	ctx := context.Background()
 	var (
 		snap  *schema.Snapshot
@@ -88,7 +89,7 @@ func TestSchemaLoad(t *testing.T) {
 	for range 5 {
 		start := time.Now()
 		var err error
-		snap, err = loader.Load(ctx)
+		snap, err = l.Load(ctx)
 		times = append(times, time.Since(start))
 		if err != nil {
 			t.Fatalf("Load: %v", err)
@@ -173,8 +174,8 @@ func TestSchemaRefresh(t *testing.T) {
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Logger()
 	// An hour between periodic loads: only Refresh can explain a change.
-	src := &countingSource{src: schema.NewLoader(session)}
-	s := schema.New(src, log, time.Hour)
+	src := &countingSource{src: loader.New(session)}
+	s := loader.NewSchema(src, log, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -230,7 +231,7 @@ func TestSchemaRefresh(t *testing.T) {
 
 // countingSource counts the loads a Schema makes.
 type countingSource struct {
-	src   schema.Source
+	src   loader.Source
 	loads atomic.Int32
 }
 
@@ -243,7 +244,7 @@ func TestSchemaDialRefusesBadPassword(t *testing.T) {
 	skipUnlessEnabled(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := schema.Dial(ctx, schema.DialConfig{
+	s, err := loader.Dial(ctx, loader.DialConfig{
 		Upstreams: []string{cassandraAddr},
 		Username:  user,
 		Password:  "wrong",
