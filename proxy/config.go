@@ -261,6 +261,39 @@ type AdminConfig struct {
 	// HotPartitions is how many of the busiest partitions /hot tracks, in
 	// memory fixed at start; 0 stops tracking them.
 	HotPartitions int `yaml:"hot_partitions"`
+	// ShowKeys makes /hot show partition key values, which are user data;
+	// by default it shows only each partition's token.
+	ShowKeys bool `yaml:"show_keys"`
+	// TokenFile or TokenEnv, when set, name a file or an environment
+	// variable holding a bearer token that /hot asks for. /healthz,
+	// /readyz and /metrics stay open, as probes and scrapers need.
+	TokenFile string `yaml:"token_file"`
+	TokenEnv  string `yaml:"token_env"`
+}
+
+// token returns the bearer token /hot asks for, or nil when none is set.
+func (c AdminConfig) token() ([]byte, error) {
+	var t string
+	switch {
+	case c.TokenFile != "":
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("admin.token_file: %w", err)
+		}
+		t = strings.TrimRight(string(b), "\r\n")
+		if t == "" {
+			return nil, fmt.Errorf("admin.token_file: %s is empty", c.TokenFile)
+		}
+	case c.TokenEnv != "":
+		v, ok := os.LookupEnv(c.TokenEnv)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("admin.token_env: %s is not set", c.TokenEnv)
+		}
+		t = v
+	default:
+		return nil, nil
+	}
+	return []byte(t), nil
 }
 
 // LogConfig configures logging.
@@ -482,6 +515,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBufferedBytes < 64<<10 {
 		return fmt.Errorf("max_buffered_bytes: %d is under 64 KiB", c.MaxBufferedBytes)
+	}
+	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
+		return errors.New("admin: set token_file or token_env, not both")
 	}
 	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
 		return fmt.Errorf("admin.hot_partitions: %d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions)

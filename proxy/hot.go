@@ -29,8 +29,9 @@ type HotPartition struct {
 	Token    int64  `json:"token"`
 	// Key is the partition key as CQL would print a single-column key of
 	// a text or integer type, else as a blob literal (0x...) of its
-	// serialized bytes; KeyTruncated says only its start was kept.
-	Key          string `json:"key"`
+	// serialized bytes; KeyTruncated says only its start was kept. Keys
+	// are user data: they are left out unless admin.show_keys is set.
+	Key          string `json:"key,omitempty"`
 	KeyTruncated bool   `json:"key_truncated,omitempty"`
 	// Rate is operations per second, decayed with a 2 s half-life; the
 	// true rate is at least Rate - RateError.
@@ -71,11 +72,14 @@ func (p *Proxy) Hot() []HotPartition {
 		if op == OpWrite {
 			limit = writes
 		}
-		out = append(out, HotPartition{
+		h := HotPartition{
 			Keyspace: t.Keyspace, Table: t.Name, Op: op.String(), Token: e.Token,
-			Key: formatKey(t, e.Key, e.Truncated), KeyTruncated: e.Truncated,
 			Rate: e.Rate, RateError: e.Error, Limit: limit,
-		})
+		}
+		if p.cfg.Admin.ShowKeys {
+			h.Key, h.KeyTruncated = formatKey(t, e.Key, e.Truncated), e.Truncated
+		}
+		out = append(out, h)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ func TestHotPartitions(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
 	cfg.Upstreams = []string{"127.0.0.1:1"}
+	cfg.Admin.ShowKeys = true
 	limit := OpsPerSecond(1000)
 	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxWritesPerSecond: &limit}}}}
 	reg := prometheus.NewRegistry()
@@ -99,5 +101,103 @@ func TestHotOff(t *testing.T) {
 	p.AdminHandler(prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", "/hot", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("GET /hot with tracking off: %d", rec.Code)
+	}
+}
+
+// The admin surface shows no user data by default, asks for a bearer token
+// for /hot when one is set and for nothing else, and changes nothing: every
+// method but GET and HEAD is refused.
+func TestAdminSurface(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := dir + "/token"
+	writeFile(t, tokenFile, []byte("s3cret\n"))
+	cases := []struct {
+		name          string
+		edit          func(*AdminConfig)
+		method, path  string
+		authorization string
+		want          int
+		wantKey       bool
+	}{
+		{"keys redacted by default", nil, "GET", "/hot", "", http.StatusOK, false},
+		{"keys shown when asked", func(c *AdminConfig) { c.ShowKeys = true }, "GET", "/hot", "", http.StatusOK, true},
+		{"token missing", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "", http.StatusUnauthorized, false},
+		{"token wrong", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "Bearer s3cre", http.StatusUnauthorized, false},
+		{"token right", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "Bearer s3cret", http.StatusOK, false},
+		{"metrics open with a token set", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/metrics", "", http.StatusOK, false},
+		{"healthz open with a token set", func(c *AdminConfig) { c.TokenFile = tokenFile }, "HEAD", "/healthz", "", http.StatusOK, false},
+		{"POST /hot", nil, "POST", "/hot", "", http.StatusMethodNotAllowed, false},
+		{"DELETE /metrics", nil, "DELETE", "/metrics", "", http.StatusMethodNotAllowed, false},
+		{"PUT /healthz", nil, "PUT", "/healthz", "", http.StatusMethodNotAllowed, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := DefaultConfig()
+			cfg.Admin.Listen = ""
+			cfg.Upstreams = []string{"127.0.0.1:1"}
+			if tc.edit != nil {
+				tc.edit(&cfg.Admin)
+			}
+			reg := prometheus.NewRegistry()
+			snap := testSnapshot(t)
+			p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{snap}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &session{p: p}
+			kv := snap.Table([]byte("ks"), []byte("kv"))
+			s.decide(&Classification{Op: OpWrite, Pinned: true, Partitions: []Partition{{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}}}, p.clock())
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(tc.method, tc.path, nil)
+			if tc.authorization != "" {
+				req.Header.Set("Authorization", tc.authorization)
+			}
+			p.AdminHandler(reg).ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Fatalf("%s %s: %d %s, want %d", tc.method, tc.path, rec.Code, rec.Body, tc.want)
+			}
+			if tc.want == http.StatusMethodNotAllowed && rec.Header().Get("Allow") != "GET, HEAD" {
+				t.Errorf("405 with Allow %q", rec.Header().Get("Allow"))
+			}
+			if tc.path != "/hot" || rec.Code != http.StatusOK {
+				return
+			}
+			var got []HotPartition
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got) != 1 {
+				t.Fatalf("/hot: %s (%v)", rec.Body, err)
+			}
+			if shown := got[0].Key != "" || strings.Contains(rec.Body.String(), `"key"`); shown != tc.wantKey {
+				t.Errorf("/hot shows the key: %v, want %v: %s", shown, tc.wantKey, rec.Body)
+			}
+			if got[0].Token != tokenOf(intBytes(7)) {
+				t.Errorf("/hot token %d", got[0].Token)
+			}
+		})
+	}
+}
+
+// A token that cannot be read stops the proxy from starting, naming the
+// setting.
+func TestAdminTokenErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(*AdminConfig)
+		want string
+	}{
+		{"missing file", func(c *AdminConfig) { c.TokenFile = "/nonexistent/token" }, "admin.token_file"},
+		{"empty file", func(c *AdminConfig) { c.TokenFile = os.DevNull }, "is empty"},
+		{"unset variable", func(c *AdminConfig) { c.TokenEnv = "CQLGUARD_TEST_UNSET_TOKEN" }, "admin.token_env"},
+		{"both", func(c *AdminConfig) { c.TokenFile, c.TokenEnv = "x", "y" }, "not both"},
+	}
+	for _, tc := range cases {
+		cfg := DefaultConfig()
+		cfg.Admin.Listen = ""
+		cfg.Upstreams = []string{"127.0.0.1:1"}
+		tc.edit(&cfg.Admin)
+		_, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
 	}
 }

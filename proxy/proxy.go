@@ -60,6 +60,8 @@ type Proxy struct {
 	reads readBuffers
 	// hot tracks the busiest partitions for /hot; nil when turned off.
 	hot *ratelimit.TopK
+	// adminToken is the bearer token /hot asks for; nil when none is set.
+	adminToken []byte
 	// tls is the configuration of client connections accepted now; nil
 	// when TLS is off.
 	tls atomic.Pointer[tls.Config]
@@ -131,6 +133,9 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	p.elapsed = func() int64 { return int64(time.Since(p.epoch)) }
 	for _, opt := range opts {
 		opt(p)
+	}
+	if p.adminToken, err = cfg.Admin.token(); err != nil {
+		return nil, err
 	}
 	if cfg.Admin.HotPartitions > 0 {
 		p.hot = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)
