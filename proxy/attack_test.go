@@ -15,8 +15,10 @@ import (
 	"github.com/apache/cassandra-gocql-driver/v2/lz4"
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -341,5 +343,145 @@ func TestIdleAfterDriverLoad(t *testing.T) {
 		if per > 20<<10 {
 			t.Errorf("%s: an idle connection after driver load costs the proxy %.0f B of heap, want under 20 KiB", tc.name, per)
 		}
+	}
+}
+
+// A client that resets its connection with requests in flight is the
+// client's ending, not the upstream's: nothing is counted as upstream_lost
+// and nothing is logged as a warning, however the two paths notice it. The
+// request path is held at max_in_flight_per_connection, so the response
+// path, writing the answers, is the one to find the client gone.
+func TestClientResetIsNotUpstreamLost(t *testing.T) {
+	var log logLines
+	node := startStubNode(t, "127.0.0.1:0")
+	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.ln.Addr().String(), func(c *Config) {
+		c.MaxInFlightPerConnection = 2
+		c.MaxFrameBytes = 1 << 20
+	})
+	for range 20 {
+		c := dialStub(t, b.addr)
+		node.mu.Lock()
+		got := node.got
+		node.mu.Unlock()
+		c.write(append(append(stubQuery(1, "SELECT hold FROM ks.t"), stubQuery(2, "SELECT hold FROM ks.t")...), stubQuery(3, "SELECT hold FROM ks.t")...))
+		node.waitHeld(t, got+2)
+		c.c.(*net.TCPConn).SetLinger(0)
+		c.c.Close() // a reset, with three requests in flight or waiting
+		node.release(3)
+	}
+	// Every session ends before its metrics are read.
+	for deadline := time.Now().Add(5 * time.Second); b.p.conns.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := b.reasons(t); got["upstream_lost"] != 0 || got["upstream_stalled"] != 0 {
+		t.Errorf("protocol errors %v after clients reset, want no upstream_lost", got)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for line := range strings.Lines(log.b.String()) {
+		if strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"side":"upstream"`) && strings.Contains(line, `"level":"info"`) {
+			t.Errorf("logged %s", line)
+		}
+	}
+}
+
+// The limiter's decision counters never go back, though a reload that
+// changes the algorithm replaces the limiter: an alert on their rate must
+// not see a reset that is not one.
+func TestLimiterCountersSurviveReload(t *testing.T) {
+	path := writeConfig(t, "limits: {algorithm: token-bucket, burst: 1}\n")
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions := func() (accepted, rejected float64) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "cqlguard_rate_limiter_decisions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				switch m.GetLabel()[0].GetValue() {
+				case "accepted":
+					accepted = m.GetCounter().GetValue()
+				case "rejected":
+					rejected = m.GetCounter().GetValue()
+				}
+			}
+		}
+		return accepted, rejected
+	}
+	now := p.clock()
+	var wantAccepted, wantRejected float64
+	for i, text := range []string{"limits: {algorithm: scylla}\n", "limits: {algorithm: token-bucket, burst: 2}\n"} {
+		for range 5 {
+			if p.limiter.Load().AllowAt(now, 42, 1, 1) == ratelimit.Reject {
+				wantRejected++
+			} else {
+				wantAccepted++
+			}
+		}
+		rewrite(t, path, text)
+		if err := p.ReloadConfig(path); err != nil {
+			t.Fatal(err)
+		}
+		if a, r := decisions(); a != wantAccepted || r != wantRejected {
+			t.Errorf("after reload %d: decisions accepted %v rejected %v, want %v and %v", i+1, a, r, wantAccepted, wantRejected)
+		}
+	}
+}
+
+// Every frame the proxy writes itself is counted like one it forwards:
+// cqlguard_frames_total{direction="response",opcode="ERROR"} counted none
+// of the proxy's refusals.
+func TestProxyAnswersCounted(t *testing.T) {
+	var log logLines
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), nil)
+	c := dialBad(t, b.addr, 4, nil)
+	unknown := make([]byte, 16)
+	for i := range 3 {
+		c.write(msgFrame(t, 4, int16(i), &message.Execute{QueryId: unknown, Options: &message.QueryOptions{}}))
+		if r, err := c.next(); err != nil || r.code != frame.ErrCodeUnprepared {
+			t.Fatalf("EXECUTE of an unknown statement: %v %v", r, err)
+		}
+	}
+	c.write(msgFrame(t, 4, -1, &message.Options{}))
+	if r, err := c.next(); err != nil || r.code != frame.ErrCodeProtocol {
+		t.Fatalf("OPTIONS on stream -1: %v %v", r, err)
+	}
+	if got := testutil.ToFloat64(b.p.metrics.frames[dirResponse][frame.OpError]); got != 4 {
+		t.Errorf("cqlguard_frames_total{direction=\"response\",opcode=\"ERROR\"} = %v, want 4", got)
+	}
+}
+
+// Version negotiation is not an error: a driver asking for a version the
+// proxy does not speak (cqlsh asks for 66, then 65) is told so and counted
+// apart, and only a first byte no driver sends counts as a protocol error.
+func TestVersionNegotiationNotAnError(t *testing.T) {
+	var log logLines
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), nil)
+	for _, v := range []byte{66, 65, 6} {
+		c := dialBad(t, b.addr, 0, nil)
+		c.write([]byte{v, 0, 0, 0, byte(frame.OpOptions), 0, 0, 0, 0})
+		if r, err := c.next(); err != nil || r.code != frame.ErrCodeProtocol {
+			t.Fatalf("version %d: %v %v", v, r, err)
+		}
+	}
+	if got := testutil.ToFloat64(b.p.metrics.versionRefusals); got != 3 {
+		t.Errorf("cqlguard_protocol_version_refusals_total = %v, want 3", got)
+	}
+	if got := b.reasons(t); got["unsupported_version"] != 0 {
+		t.Errorf("protocol errors %v for version negotiation", got)
 	}
 }

@@ -127,7 +127,5 @@ func (s *session) answerRateLimited(h frame.Header, r rejection) {
 	}
 	frame.SetLength(b)
 	s.reqScratch = b
-	if err := s.toClient.Write(b); err != nil {
-		s.log.Debug().Err(err).Msg("cannot answer client")
-	}
+	s.reply(b)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,6 +134,27 @@ type limiterCollector struct {
 	p                                           *Proxy
 	capacity, entries                           *prometheus.Desc
 	allocations, evictions, failed, decisionsBy *prometheus.Desc
+
+	// retired holds the counters of limiters a reload replaced, so that
+	// the totals never go back: an alert on a rate of rejections must not
+	// see a reset that is not one.
+	mu      sync.Mutex
+	retired ratelimit.Stats
+}
+
+// retire adds the counters of lim, which a reload replaced, to the totals.
+func (c *limiterCollector) retire(lim *ratelimit.Limiter) {
+	if lim == nil {
+		return
+	}
+	st := lim.Stats()
+	c.mu.Lock()
+	c.retired.Allocations += st.Allocations
+	c.retired.Evictions += st.Evictions
+	c.retired.FailedAllocations += st.FailedAllocations
+	c.retired.Accepted += st.Accepted
+	c.retired.Rejected += st.Rejected
+	c.mu.Unlock()
 }
 
 func newLimiterCollector(p *Proxy) *limiterCollector {
@@ -149,7 +171,7 @@ func newLimiterCollector(p *Proxy) *limiterCollector {
 		failed: prometheus.NewDesc("cqlguard_rate_limiter_failed_allocations_total",
 			"Operations admitted uncounted because no counter was free on their probe sequence (fail open).", nil, nil),
 		decisionsBy: prometheus.NewDesc("cqlguard_rate_limiter_decisions_total",
-			"Counted operations, by decision; a reload that replaces the limiter starts these again from zero.", []string{"decision"}, nil),
+			"Counted operations, by decision, over every limiter a reload put in place.", []string{"decision"}, nil),
 	}
 }
 
@@ -167,6 +189,14 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	st := lim.Stats()
+	c.mu.Lock()
+	r := c.retired
+	c.mu.Unlock()
+	st.Allocations += r.Allocations
+	st.Evictions += r.Evictions
+	st.FailedAllocations += r.FailedAllocations
+	st.Accepted += r.Accepted
+	st.Rejected += r.Rejected
 	ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(st.Capacity))
 	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.Entries))
 	ch <- prometheus.MustNewConstMetric(c.allocations, prometheus.CounterValue, float64(st.Allocations))

@@ -3,8 +3,8 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
-	"os"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 

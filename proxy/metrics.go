@@ -27,7 +27,12 @@ type Metrics struct {
 	bytes           [2][maxOpcode]prometheus.Counter
 	upstreamLatency prometheus.Histogram
 	protocolErrors  *prometheus.CounterVec
-	filteredEvents  prometheus.Counter
+	// versionRefusals counts protocol versions refused while drivers
+	// negotiate, which are not errors.
+	versionRefusals prometheus.Counter
+	// abandoned counts requests in flight when their client left.
+	abandoned      prometheus.Counter
+	filteredEvents prometheus.Counter
 	// inFlightWaits and proxyInFlightWaits count waits at
 	// max_in_flight_per_connection and at max_in_flight.
 	inFlightWaits      prometheus.Counter
@@ -55,6 +60,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		protocolErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_protocol_errors_total", Help: "Malformed or refused frames, by reason."}, []string{"reason"}),
+		versionRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_protocol_version_refusals_total",
+			Help: "Connections told the protocol version they asked for is not spoken, as drivers negotiating a version expect; not an error."}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_client_abandoned_requests_total",
+			Help: "Requests in flight when their client closed or reset its connection; the upstream's answers to them are dropped."}),
 		filteredEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cqlguard_events_filtered_total", Help: "Topology and status events withheld from drivers."}),
 		bufferWaits: prometheus.NewCounter(prometheus.CounterOpts{
@@ -78,7 +89,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "cqlguard_frames_total", Help: "Frames forwarded or answered, by direction and opcode."},
 		[]string{"direction", "opcode"})
 	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cqlguard_frame_bytes_total", Help: "Frame bytes read, by direction and opcode."},
+		Name: "cqlguard_frame_bytes_total", Help: "Frame bytes forwarded or answered, by direction and opcode."},
 		[]string{"direction", "opcode"})
 	for d := range 2 {
 		for op := range maxOpcode {
@@ -91,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
-		m.protocolErrors, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes)
+		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes)
 	return m
 }
 

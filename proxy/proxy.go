@@ -74,7 +74,10 @@ type Proxy struct {
 	// loads each once per request.
 	limits  atomic.Pointer[limits]
 	limiter atomic.Pointer[ratelimit.Limiter]
-	reload  reloader
+	// limiterStats exports the limiter's statistics, keeping the counters
+	// of limiters a reload replaced.
+	limiterStats *limiterCollector
+	reload       reloader
 
 	mu        sync.Mutex
 	sessions  map[*session]struct{}
@@ -140,7 +143,8 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	if cfg.Admin.HotPartitions > 0 {
 		p.hot = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)
 	}
-	reg.MustRegister(newLimiterCollector(p))
+	p.limiterStats = newLimiterCollector(p)
+	reg.MustRegister(p.limiterStats)
 	if err := p.initLimits(reg); err != nil {
 		return nil, err
 	}
@@ -315,7 +319,7 @@ func (p *Proxy) handle(client net.Conn) {
 		p.conns.Add(-1)
 		p.metrics.protocolErrors.WithLabelValues("too_many_connections").Inc()
 		log.Warn().Int("max_connections", p.cfg.MaxConnections).Msg("connection refused: too many client connections")
-		refuse(client, p.cfg.MaxFrameBytes, fmt.Sprintf("cqlguard: too many client connections (max_connections %d)", p.cfg.MaxConnections))
+		p.refuse(client, fmt.Sprintf("cqlguard: too many client connections (max_connections %d)", p.cfg.MaxConnections))
 		return
 	}
 	defer p.conns.Add(-1)
@@ -323,7 +327,7 @@ func (p *Proxy) handle(client net.Conn) {
 	upstream, addr, err := p.dialUpstream()
 	if err != nil {
 		log.Error().Err(err).Msg("no upstream node reachable")
-		refuse(client, p.cfg.MaxFrameBytes, "cqlguard: no upstream node reachable: "+err.Error())
+		p.refuse(client, "cqlguard: no upstream node reachable: "+err.Error())
 		return
 	}
 	log = log.With().Str("upstream", addr).Logger()
@@ -538,11 +542,20 @@ func (s *session) run() {
 	go func() {
 		defer close(done)
 		err := s.serveResponses()
-		s.logEnd("upstream", err)
+		if errors.Is(err, errClientGone) {
+			// The client left while its answers were being written: it
+			// may be noticed here before the request path sees it.
+			s.clientGone.Store(true)
+			s.logEnd("client", err)
+		} else {
+			s.logEnd("upstream", err)
+		}
 		if !s.clientGone.Load() {
 			// The upstream failed, not the client: every request it took
 			// and did not answer gets an error rather than silence.
 			s.failInFlight(err)
+		} else {
+			s.abandonInFlight()
 		}
 		// Deliver the answers already queued before closing, but do not
 		// wait long on a client that does not read.
@@ -617,6 +630,21 @@ func (s *session) upstreamStalled(timeout time.Duration) {
 // the buffers of frames past 64 KiB.
 const largeFrame = 64 << 10
 
+// negotiating reports whether a frame's version byte is one a driver asks
+// for while negotiating: a CQL version (1 to 6 are known, up to 15
+// allowed for) or one of DataStax Enterprise's (65, 66).
+func negotiating(v uint8) bool {
+	return v >= 1 && v <= 15 || v == 65 || v == 66
+}
+
+// errVersionRefused ends a connection whose client asked for a protocol
+// version the proxy does not speak, once it has been told so.
+var errVersionRefused = errors.New("protocol version refused")
+
+// errClientGone wraps the response path's failures to write to the
+// client: the client left, which is no fault of the upstream's.
+var errClientGone = errors.New("client connection")
+
 // errForward wraps the request path's errors that come from the upstream
 // side, after which the client is still there to be answered.
 var errForward = errors.New("forwarding")
@@ -625,7 +653,7 @@ var errForward = errors.New("forwarding")
 const flushTimeout = 5 * time.Second
 
 func (s *session) logEnd(side string, err error) {
-	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errWriterClosed) {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errWriterClosed) || errors.Is(err, errVersionRefused) {
 		s.log.Debug().Str("side", side).Msg("connection closed")
 		return
 	}
@@ -680,6 +708,19 @@ func (s *session) failInFlight(err error) {
 	s.log.Warn().Int("requests", len(lost)).Str("reason", reason).Err(err).Msg("upstream connection ended with requests in flight; answering them with a server error")
 	for _, l := range lost {
 		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
+	}
+}
+
+// abandonInFlight counts the requests in flight when the client left:
+// nobody is left to answer, and the upstream is not at fault. It is called
+// once the response path has stopped; giveBack returns their slots.
+func (s *session) abandonInFlight() {
+	s.mu.Lock()
+	n := s.streams.inflight
+	s.mu.Unlock()
+	if n > 0 {
+		s.p.metrics.abandoned.Add(float64(n))
+		s.log.Debug().Int("requests", n).Msg("client left with requests in flight")
 	}
 }
 
@@ -739,10 +780,19 @@ func (s *session) serveRequests() error {
 				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
 				continue
 			case errors.As(err, &version):
-				m.protocolErrors.WithLabelValues("unsupported_version").Inc()
-				s.log.Info().Uint8("version", version.Version).Msg("unsupported protocol version")
+				// Drivers ask for the highest version they know and step
+				// down when refused (the Python driver starts at DSE's 65
+				// and 66): that is negotiation, not an error. Any other
+				// first byte is a client that does not speak CQL.
+				if negotiating(version.Version) {
+					m.versionRefusals.Inc()
+					s.log.Debug().Uint8("version", version.Version).Msg("protocol version not spoken; the driver may ask for a lower one")
+				} else {
+					m.protocolErrors.WithLabelValues("unsupported_version").Inc()
+					s.log.Info().Uint8("version", version.Version).Msg("unsupported protocol version")
+				}
 				s.refuseVersion(version)
-				return err
+				return errVersionRefused
 			}
 			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 				// Half a frame and then nothing: there is no stream to
@@ -975,7 +1025,7 @@ func (s *session) serveResponses() error {
 			}
 		}
 		if err := s.toClient.Write(f); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", errClientGone, err)
 		}
 
 		// Cassandra answers a version it does not speak on stream 0,
@@ -1287,9 +1337,7 @@ func (s *session) answerUnprepared(h frame.Header, id []byte) {
 	b = append(b, id...)
 	frame.SetLength(b)
 	s.reqScratch = b
-	if err := s.toClient.Write(b); err != nil {
-		s.log.Debug().Err(err).Msg("cannot answer client")
-	}
+	s.reply(b)
 }
 
 // answer sends the client an ERROR on stream, in place of a response from
@@ -1299,7 +1347,14 @@ func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg str
 		v = 4
 	}
 	*buf = frame.AppendError((*buf)[:0], v, stream, code, msg)
-	if err := s.toClient.Write(*buf); err != nil {
+	s.reply(*buf)
+}
+
+// reply writes an answer the proxy made itself to the client, counted in
+// cqlguard_frames_total like the answers it forwards.
+func (s *session) reply(f []byte) {
+	s.p.metrics.frame(dirResponse, frame.Opcode(f[4]), len(f))
+	if err := s.toClient.Write(f); err != nil {
 		s.log.Debug().Err(err).Msg("cannot answer client")
 	}
 }
@@ -1307,7 +1362,9 @@ func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg str
 // refuseVersion answers a frame of a protocol version cqlguard does not
 // speak the way Cassandra does, so that the driver retries with a lower one.
 func (s *session) refuseVersion(e *frame.UnsupportedVersionError) {
-	s.toClient.Write(versionError(e))
+	b := versionError(e)
+	s.p.metrics.frame(dirResponse, frame.OpError, len(b))
+	s.toClient.Write(b)
 }
 
 func (s *session) now() int64 { return s.p.elapsed() }

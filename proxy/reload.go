@@ -141,7 +141,7 @@ func (p *Proxy) applyLimits(cfg LimitsConfig) error {
 		}
 		// Between the two stores a request may pair the new limiter with
 		// the old limits; either is a valid configuration.
-		p.limiter.Store(lim)
+		p.limiterStats.retire(p.limiter.Swap(lim))
 		p.log.Warn().Str("algorithm", cfg.Algorithm).Int64("memory", int64(cfg.Memory)).Float64("burst", cfg.Burst).
 			Msg("rate limiter replaced: partition counts start again from zero")
 	}

@@ -87,15 +87,17 @@ func versionError(e *frame.UnsupportedVersionError) []byte {
 
 // refuse answers a client's first frame with a server error and closes the
 // connection, for when no upstream node can serve it.
-func refuse(c net.Conn, maxFrame int, msg string) {
+func (p *Proxy) refuse(c net.Conn, msg string) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	_, h, err := frame.NewReader(bufio.NewReader(c), maxFrame).Next()
+	_, h, err := frame.NewReader(bufio.NewReader(c), p.cfg.MaxFrameBytes).Next()
 	var tooLarge *frame.TooLargeError
 	if err != nil && !errors.As(err, &tooLarge) {
 		return
 	}
-	c.Write(frame.AppendError(nil, h.Version, h.Stream, frame.ErrCodeServer, msg))
+	b := frame.AppendError(nil, h.Version, h.Stream, frame.ErrCodeServer, msg)
+	p.metrics.frame(dirResponse, frame.OpError, len(b))
+	c.Write(b)
 }
 
 // readBufSize is the size of a connection's read buffer while bytes arrive:
