@@ -485,3 +485,44 @@ func TestVersionNegotiationNotAnError(t *testing.T) {
 		t.Errorf("protocol errors %v for version negotiation", got)
 	}
 }
+
+// The connection's keyspace is the one the upstream's last Set_keyspace
+// named: a USE the node refuses (Cassandra keeps the keyspace it had)
+// cannot take later unqualified statements out of their table's limits.
+func TestFailedUseKeepsKeyspace(t *testing.T) {
+	node := startStubNode(t, "127.0.0.1:0")
+	var mu sync.Mutex
+	var pinned []bool
+	observe := func(c *Classification) {
+		if string(c.Table) == "kv" {
+			mu.Lock()
+			pinned = append(pinned, c.Pinned && string(c.Partitions[0].Table.Keyspace) == "ks")
+			mu.Unlock()
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}), WithObserver(observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() { p.Shutdown(context.Background()) })
+	c := dialStub(t, ln.Addr().String())
+	for i, q := range []string{"USE ks", "SELECT v FROM kv WHERE k = 1", "USE refuse", "SELECT v FROM kv WHERE k = 1"} {
+		c.write(stubQuery(int16(i), q))
+		if _, code, msg, err := c.next(); err != nil || (code != 0) != (q == "USE refuse") {
+			t.Fatalf("%q: %#x %q %v", q, code, msg, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(pinned) != 2 || !pinned[0] || !pinned[1] {
+		t.Errorf("SELECT from kv pinned to ks.kv after USE ks, and after a refused USE: %v, want [true true]", pinned)
+	}
+}

@@ -82,7 +82,11 @@ type pkSource struct {
 
 // classifier classifies one connection's requests.
 type classifier struct {
-	keyspace []byte // the connection's keyspace, from USE
+	// keyspace is the connection's keyspace, as the upstream's answer to
+	// USE named it; the request path sets it before each classification.
+	keyspace []byte
+	// use is set when the request classified last is a USE.
+	use      bool
 	rec      frame.Recognizer
 	key      schema.KeyBuilder
 	comps    []byte   // serialized key components, back to back
@@ -99,6 +103,7 @@ type classifier struct {
 func (c *classifier) reset() {
 	c.c = Classification{Partitions: c.c.Partitions[:0]}
 	c.keys = c.keys[:0]
+	c.use = false
 }
 
 // release drops what the classifier holds of the last request, which may
@@ -152,9 +157,10 @@ func (c *classifier) query(q *frame.Query, snap *schema.Snapshot) *Classificatio
 	c.reset()
 	st := c.rec.Recognize(q.Text)
 	if st.Kind == frame.StmtUse {
-		// Drivers wait for USE to complete before sending more on the
-		// connection; a failed USE leaves later statements failing anyway.
-		c.keyspace = append(c.keyspace[:0], st.Keyspace...)
+		// The connection's keyspace changes only once the upstream has
+		// answered Set_keyspace (session.learnKeyspace): a USE it refuses
+		// leaves the keyspace as it was, as Cassandra does.
+		c.use = true
 		return &c.c
 	}
 	if st.Kind == frame.StmtBatch {
@@ -333,7 +339,7 @@ func (c *classifier) addPartition(p Partition) {
 // keyspace in the text overrides.
 func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *preparedStatement {
 	st := c.rec.Recognize(text)
-	p := &preparedStatement{op: opOf(st.Kind), lwt: st.LWT}
+	p := &preparedStatement{op: opOf(st.Kind), lwt: st.LWT, use: st.Kind == frame.StmtUse}
 	if p.op == OpNone {
 		return p
 	}

@@ -125,9 +125,17 @@ func TestClassifyUseKeyspace(t *testing.T) {
 	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); got.Pinned {
 		t.Error("unqualified table pinned before USE")
 	}
-	c.query(parse("USE ks"), snap)
+	// A USE only marks the request: the keyspace is the upstream's answer's
+	// (session.learnKeyspace), given to the classifier before each request.
+	if c.query(parse("USE ks"), snap); !c.use {
+		t.Error("USE not marked")
+	}
+	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); got.Pinned || c.use {
+		t.Errorf("pinned by a USE not answered yet: %+v", *got)
+	}
+	c.keyspace = []byte("ks")
 	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); !got.Pinned || got.Partitions[0].Token != tokenOf(intBytes(1)) {
-		t.Errorf("after USE: %+v", *got)
+		t.Errorf("in keyspace ks: %+v", *got)
 	}
 }
 

@@ -25,6 +25,7 @@ type preparedStatement struct {
 	keyspace, tableName []byte
 	op                  Op
 	lwt, internal       bool
+	use                 bool // a USE: its answer sets the connection's keyspace
 	sources             [][]pkSource
 	literals            []byte // the serialized literals sources name
 

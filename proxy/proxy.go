@@ -410,6 +410,9 @@ type session struct {
 	full, halted   bool
 	compression    frame.Compression // negotiated in STARTUP
 	rateLimitOptIn bool              // the driver asked for the rate-limit error
+	// keyspace is the connection's keyspace, set by the response path from
+	// the upstream's answer to a USE and read by the request path.
+	keyspace atomic.Pointer[[]byte]
 
 	decomp frame.Decompressor // request path only
 	// decompHeld is what a decompressed body over 64 KiB holds of
@@ -1006,6 +1009,9 @@ func (s *session) serveResponses() error {
 			if req.ddl && h.Opcode == frame.OpResult {
 				s.p.schema.Refresh()
 			}
+			if req.use && h.Opcode == frame.OpResult {
+				s.learnKeyspace(f, h, comp)
+			}
 		}
 
 		if h.Opcode == frame.OpEvent || req.reply != replyForward {
@@ -1091,6 +1097,9 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	}
 	body = skipRequestPrefix(body, h)
 	snap := s.p.schema.Current()
+	if ks := s.keyspace.Load(); ks != nil {
+		s.class.keyspace = *ks
+	}
 	switch h.Opcode {
 	case frame.OpQuery:
 		q, err := frame.ParseQuery(body, h.Version)
@@ -1099,7 +1108,9 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			return nil, nil
 		}
 		req.reply = tableOf(q.Text)
-		return s.class.query(&q, snap), nil
+		c := s.class.query(&q, snap)
+		req.use = s.class.use
+		return c, nil
 	case frame.OpPrepare:
 		q, err := frame.QueryString(body)
 		if err != nil {
@@ -1120,7 +1131,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			return nil, q.ID
 		}
 		p = s.p.prepared.resolve(q.ID, p, snap, &s.class)
-		req.reply, req.prepared = p.table, p
+		req.reply, req.prepared, req.use = p.table, p, p.use
 		return s.class.execute(&q, p, snap), nil
 	case frame.OpBatch:
 		b, err := frame.ParseBatch(body, h.Version)
@@ -1297,8 +1308,35 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 	return nil
 }
 
-// resultPrepared is the RESULT kind of a Prepared result.
-const resultPrepared = 4
+// learnKeyspace sets the connection's keyspace from the upstream's answer
+// to a USE: a RESULT Set_keyspace, which names the keyspace as stored.
+// Anything else leaves the keyspace as it was.
+func (s *session) learnKeyspace(f []byte, h frame.Header, comp frame.Compression) {
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var d frame.Decompressor
+		var err error
+		if body, err = d.Body(comp, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return
+		}
+	}
+	body = skipResponsePrefix(body, h)
+	if len(body) < 6 || binary.BigEndian.Uint32(body) != resultSetKeyspace {
+		return
+	}
+	n := int(binary.BigEndian.Uint16(body[4:]))
+	if len(body) < 6+n {
+		return
+	}
+	ks := append([]byte(nil), body[6:6+n]...)
+	s.keyspace.Store(&ks)
+}
+
+// Kinds of RESULT the proxy reads.
+const (
+	resultSetKeyspace = 3
+	resultPrepared    = 4
+)
 
 // skipResponsePrefix skips what a response body may carry before its
 // message: a tracing id, warnings and a custom payload, as the flags say.

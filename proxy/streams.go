@@ -19,6 +19,7 @@ type request struct {
 	reply reply
 	table reply // for replyPrepared: which topology table was prepared
 	ddl   bool  // may change the schema: reload it once answered
+	use   bool  // a USE: its Set_keyspace answer sets the connection's keyspace
 	// version is the request's protocol version, for an answer the proxy
 	// writes itself when the upstream cannot.
 	version uint8

@@ -26,7 +26,7 @@ import (
 // around it is mostly the proxy's: SUPPORTED for OPTIONS, READY for
 // STARTUP, a RESULT Prepared for PREPARE, a void RESULT for every other
 // request, except that a QUERY or PREPARE whose text contains "refuse" is
-// answered Invalid, and a QUERY whose text contains "hold" is held
+// answered Invalid, "USE ks" is answered Set_keyspace, and a QUERY whose text contains "hold" is held
 // unanswered until release, or for ever.
 type stubNode struct {
 	ln net.Listener
@@ -112,8 +112,15 @@ func (n *stubNode) serve(c *stubConn) {
 			n.mu.Unlock()
 		}
 		if h.Opcode == frame.OpQuery || h.Opcode == frame.OpPrepare {
-			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("refuse")) {
+			q, _ := frame.QueryString(f[frame.HeaderSize:])
+			if bytes.Contains(q, []byte("refuse")) {
 				c.reply(h, frame.OpError, frame.AppendError(nil, h.Version, h.Stream, frame.ErrCodeInvalid, "stub: refused")[frame.HeaderSize:])
+				continue
+			}
+			if ks, ok := bytes.CutPrefix(q, []byte("USE ")); ok && h.Opcode == frame.OpQuery {
+				body := binary.BigEndian.AppendUint32(nil, resultSetKeyspace)
+				body = binary.BigEndian.AppendUint16(body, uint16(len(ks)))
+				c.reply(h, frame.OpResult, append(body, ks...))
 				continue
 			}
 		}
