@@ -526,3 +526,43 @@ func TestFailedUseKeepsKeyspace(t *testing.T) {
 		t.Errorf("SELECT from kv pinned to ks.kv after USE ks, and after a refused USE: %v, want [true true]", pinned)
 	}
 }
+
+// A request touching many partitions of a limited table has each of them
+// counted, up to limits.max_partitions_per_request; past it, it is refused
+// with an Invalid error naming the setting (it used to go through
+// uncounted). Tables without a limit are not affected.
+func TestManyPartitionsCountedOrRefused(t *testing.T) {
+	var log logLines
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	limit := OpsPerSecond(1000000)
+	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), func(c *Config) {
+		c.MaxFrameBytes = 1 << 20
+		c.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
+	})
+	b.p.schema = staticSchema{testSnapshot(t)}
+	c := dialBad(t, b.addr, 4, nil)
+	query := func(stream int16, text string) clientAnswer {
+		t.Helper()
+		c.write(msgFrame(t, 4, stream, &message.Query{Query: text, Options: &message.QueryOptions{}}))
+		r, err := c.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := query(1, inList("ks.kv", 1024)); r.opcode != frame.OpResult {
+		t.Fatalf("IN of 1024 keys: %v", r)
+	}
+	if st := b.p.limiter.Load().Stats(); st.Accepted != 1024 {
+		t.Errorf("IN of 1024 keys: %d partitions counted, want 1024", st.Accepted)
+	}
+	if r := query(2, inList("ks.kv", 5000)); r.code != frame.ErrCodeInvalid || !strings.Contains(r.msg, "limits.max_partitions_per_request") {
+		t.Errorf("IN of 5000 keys of a limited table: %v, want Invalid naming limits.max_partitions_per_request", r)
+	}
+	if r := query(3, strings.Replace(inList(`"Ks"."Tab"`, 5000), "k IN", `"Key" IN`, 1)); r.opcode != frame.OpResult {
+		t.Errorf("IN of 5000 keys of a table without limits: %v, want it forwarded", r)
+	}
+	if got := testutil.ToFloat64(b.p.metrics.rejections.WithLabelValues("ks", "kv", "read", "too_many_partitions")); got != 1 {
+		t.Errorf("rejections{outcome=too_many_partitions} = %v, want 1", got)
+	}
+}

@@ -35,10 +35,14 @@ func (o Op) String() string {
 	return "none"
 }
 
-// maxPartitions bounds the partitions one request is pinned to: an IN list
-// (or a batch) past it pins nothing rather than make the proxy hash
-// without bound.
-const maxPartitions = 1024
+// defaultMaxPartitions is the bound on the partitions a request is pinned
+// to when the classifier is given none (limits.max_partitions_per_request).
+const defaultMaxPartitions = 1024
+
+// dedupLinear is how many partitions a request may have before the
+// classifier indexes them by token rather than compare each new one with
+// all before it: a request's cost stays the same per partition.
+const dedupLinear = 16
 
 // Partition is one partition a request touches.
 type Partition struct {
@@ -68,6 +72,9 @@ type Classification struct {
 	Batch, Logged bool
 	// Partitions are the distinct partitions, when Pinned.
 	Partitions []Partition
+	// Overflow, when not nil, is a table of which the request touches
+	// more partitions than the classifier's bound; Pinned is then false.
+	Overflow *schema.Table
 }
 
 // pkSource says where a prepared statement's partition key component
@@ -97,13 +104,22 @@ type classifier struct {
 	// keys already handed out keep the old array, which nothing writes to
 	// again, so they stay valid until the next request.
 	keys []byte
-	c    Classification
+	// seen indexes Partitions by token past dedupLinear of them: each
+	// slot is an index into Partitions plus one, 0 when empty; its length
+	// is a power of two, at least twice the partitions it indexes.
+	seen    []int32
+	indexed bool // seen indexes this request's partitions
+	// maxPartitions bounds the partitions a request is pinned to
+	// (limits.max_partitions_per_request); 0 means defaultMaxPartitions.
+	maxPartitions int
+	c             Classification
 }
 
 func (c *classifier) reset() {
 	c.c = Classification{Partitions: c.c.Partitions[:0]}
 	c.keys = c.keys[:0]
 	c.use = false
+	c.indexed = false
 }
 
 // release drops what the classifier holds of the last request, which may
@@ -118,6 +134,17 @@ func (c *classifier) release() {
 	}
 	if cap(c.comps) > largeFrame {
 		c.comps = nil
+	}
+	// What a request of many partitions grew is not kept by an idle
+	// connection.
+	if cap(c.c.Partitions) > 4*dedupLinear {
+		c.c.Partitions = nil
+	}
+	if len(c.seen) > 4*dedupLinear {
+		c.seen = nil
+	}
+	if cap(c.spans) > 4*dedupLinear {
+		c.spans, c.odometer = nil, nil
 	}
 	c.key = schema.KeyBuilder{}
 }
@@ -215,11 +242,19 @@ func (c *classifier) statement(st *frame.Statement, ks []byte, snap *schema.Snap
 // Cassandra would, bound markers from values.
 func (c *classifier) sourcesFromStatement(st *frame.Statement, t *schema.Table, values *frame.Values) bool {
 	c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
+	// Count first: a request past the bound is not worth serializing.
+	n := 1
 	for _, col := range t.PartitionKey {
 		r := restriction(st, col.Name)
 		if r == nil || !r.Pinned || len(r.Terms) == 0 {
 			return false
 		}
+		if n = mulBounded(n, len(r.Terms)); !c.fits(t, n) {
+			return false
+		}
+	}
+	for _, col := range t.PartitionKey {
+		r := restriction(st, col.Name)
 		c.cols = append(c.cols, len(c.spans))
 		for _, term := range r.Terms {
 			start := len(c.comps)
@@ -274,21 +309,46 @@ func boundValue(values *frame.Values, term frame.Term) ([]byte, bool) {
 	return v.Bytes, true
 }
 
+// mulBounded multiplies counts, saturating well past any bound.
+func mulBounded(a, b int) int {
+	if a > 0 && b > (1<<30)/a {
+		return 1 << 30
+	}
+	return a * b
+}
+
+// bound is the most partitions the classifier pins a request to.
+func (c *classifier) bound() int {
+	if c.maxPartitions == 0 {
+		return defaultMaxPartitions
+	}
+	return c.maxPartitions
+}
+
+// fits reports whether a statement selecting n partitions of t, before
+// they are deduplicated, may be within the classifier's bound, and marks
+// the request as overflowing t if not: a statement past it is not worth
+// serializing. Distinct partitions are counted as they are added.
+func (c *classifier) fits(t *schema.Table, n int) bool {
+	if n <= c.bound() {
+		return true
+	}
+	c.c.Overflow = t
+	return false
+}
+
 // addPartitions adds the partitions the gathered candidates select: every
 // combination of one candidate per column (IN lists multiply).
 func (c *classifier) addPartitions(t *schema.Table) bool {
 	ncols := len(c.cols) - 1
 	n := 1
 	for i := range ncols {
-		n *= c.cols[i+1] - c.cols[i]
-		if n > maxPartitions {
-			return false
-		}
+		n = mulBounded(n, c.cols[i+1]-c.cols[i])
 	}
 	if n == 0 {
 		return true // IN (): no partition at all
 	}
-	if len(c.c.Partitions)+n > maxPartitions {
+	if !c.fits(t, n) {
 		return false
 	}
 	c.odometer = c.odometer[:0]
@@ -302,7 +362,9 @@ func (c *classifier) addPartitions(t *schema.Table) bool {
 			c.key.Add(c.comps[sp[0]:sp[1]])
 		}
 		key := c.key.Bytes()
-		c.addPartition(Partition{Table: t, Token: schema.Token(key), Key: key})
+		if !c.addPartition(Partition{Table: t, Token: schema.Token(key), Key: key}) {
+			return false
+		}
 		i := ncols - 1
 		for ; i >= 0; i-- {
 			c.odometer[i]++
@@ -318,17 +380,69 @@ func (c *classifier) addPartitions(t *schema.Table) bool {
 }
 
 // addPartition adds p unless the request already touches it: a batch
-// counts each distinct partition once.
-func (c *classifier) addPartition(p Partition) {
-	for _, q := range c.c.Partitions {
-		if q.Table == p.Table && q.Token == p.Token {
-			return
+// counts each distinct partition once. Past dedupLinear partitions it
+// looks p up by token instead of comparing it with each. It reports false,
+// marking the request as overflowing p's table, when p would be one
+// partition more than the classifier's bound.
+func (c *classifier) addPartition(p Partition) bool {
+	slot := -1
+	if n := len(c.c.Partitions); n < dedupLinear {
+		for _, q := range c.c.Partitions {
+			if q.Table == p.Table && q.Token == p.Token {
+				return true
+			}
 		}
+	} else {
+		if !c.indexed || 2*(n+1) > len(c.seen) {
+			c.index(2 * (n + 1))
+		}
+		mask := len(c.seen) - 1
+		for i := int(uint64(p.Token) & uint64(mask)); ; i = (i + 1) & mask {
+			j := c.seen[i]
+			if j == 0 {
+				slot = i
+				break
+			}
+			if q := &c.c.Partitions[j-1]; q.Table == p.Table && q.Token == p.Token {
+				return true
+			}
+		}
+	}
+	if len(c.c.Partitions) == c.bound() {
+		c.c.Overflow = p.Table
+		return false
 	}
 	start := len(c.keys)
 	c.keys = append(c.keys, p.Key...)
 	p.Key = c.keys[start:len(c.keys):len(c.keys)]
 	c.c.Partitions = append(c.c.Partitions, p)
+	if slot >= 0 {
+		c.seen[slot] = int32(len(c.c.Partitions))
+	}
+	return true
+}
+
+// index rebuilds seen over the request's partitions, with room for at
+// least n. Tokens are Murmur3 hashes, so their low bits spread well.
+func (c *classifier) index(n int) {
+	size := 4 * dedupLinear
+	for size < 2*n {
+		size *= 2
+	}
+	if len(c.seen) < size {
+		c.seen = make([]int32, size)
+	} else {
+		clear(c.seen)
+	}
+	mask := len(c.seen) - 1
+	for k, q := range c.c.Partitions {
+		i := int(uint64(q.Token) & uint64(mask))
+		for c.seen[i] != 0 {
+			i = (i + 1) & mask
+		}
+		c.seen[i] = int32(k + 1)
+	}
+	c.indexed = true
 }
 
 // prepare learns what it can of a statement being prepared; the id and
@@ -419,6 +533,14 @@ func (c *classifier) executeInto(p *preparedStatement, values *frame.Values, sna
 	}
 	c.c.Counter = c.c.Counter || t.Counter
 	if !c.c.Pinned {
+		return
+	}
+	n := 1
+	for _, terms := range p.sources {
+		n = mulBounded(n, len(terms))
+	}
+	if n > 0 && !c.fits(t, n) {
+		c.c.Pinned = false
 		return
 	}
 	c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"strings"
 	"testing"
 
 	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
@@ -262,5 +264,95 @@ func BenchmarkClassifyInlineInsert(b *testing.B) {
 	for b.Loop() {
 		q, _ := frame.ParseQuery(body, 4)
 		c.query(&q, snap)
+	}
+}
+
+// inList is a SELECT of table with an IN list of keys n distinct ints.
+func inList(table string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT v FROM %s WHERE k IN (", table)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, i)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// Up to limits.max_partitions_per_request every partition of a request is
+// pinned, duplicates once; past it, the request is marked as overflowing
+// its table rather than left unpinned without a word.
+func TestClassifyPartitionBound(t *testing.T) {
+	snap := testSnapshot(t)
+	kv := snap.Table([]byte("ks"), []byte("kv"))
+	query := func(c *classifier, text string) *Classification {
+		q, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: text, Options: &message.QueryOptions{}}), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.query(&q, snap)
+	}
+	batch := func(n, each int) string {
+		var b strings.Builder
+		b.WriteString("BEGIN BATCH ")
+		for i := range n {
+			fmt.Fprintf(&b, "UPDATE ks.kv SET v = 1 WHERE k = %d; ", i%each)
+		}
+		b.WriteString("APPLY BATCH")
+		return b.String()
+	}
+	cases := []struct {
+		name          string
+		bound         int
+		text          string
+		pinned        int // partitions, or -1 for an overflow
+		wantOverflowT *schema.Table
+	}{
+		{"IN of 1024 at the default bound", 0, inList("ks.kv", 1024), 1024, nil},
+		{"IN of 1025 at the default bound", 0, inList("ks.kv", 1025), -1, kv},
+		{"IN of 5000 under a bound of 10000", 10000, inList("ks.kv", 5000), 5000, nil},
+		{"IN with duplicates", 0, "SELECT v FROM ks.kv WHERE k IN (1, 2, 1, 3, 2, 1)", 3, nil},
+		{"batch of 3000 statements on 1000 partitions", 1000, batch(3000, 1000), 1000, nil},
+		{"batch of 1001 partitions", 1000, batch(1001, 1001), -1, kv},
+		{"composite IN multiplied past the bound", 100, "SELECT v FROM ks.comp WHERE a IN (1,2,3,4,5,6,7,8,9,10,11) AND b IN ('a','b','c','d','e','f','g','h','i','j')", -1, snap.Table([]byte("ks"), []byte("comp"))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := classifier{maxPartitions: tc.bound}
+			got := query(&c, tc.text)
+			if tc.pinned < 0 {
+				if got.Pinned || got.Overflow != tc.wantOverflowT {
+					t.Fatalf("pinned %v, overflow %v; want an overflow of %v", got.Pinned, got.Overflow, tc.wantOverflowT)
+				}
+				return
+			}
+			if !got.Pinned || len(got.Partitions) != tc.pinned || got.Overflow != nil {
+				t.Fatalf("pinned %v to %d partitions, overflow %v; want %d", got.Pinned, len(got.Partitions), got.Overflow, tc.pinned)
+			}
+			seen := map[int64]bool{}
+			for _, p := range got.Partitions {
+				if seen[p.Token] {
+					t.Fatalf("token %d twice", p.Token)
+				}
+				seen[p.Token] = true
+			}
+		})
+	}
+}
+
+// BenchmarkClassifyInList1024 is the cost of a request at the default
+// bound: each partition's key serialized, hashed and deduplicated once.
+func BenchmarkClassifyInList1024(b *testing.B) {
+	snap := testSnapshot(b)
+	var c classifier
+	body := encodeBody(b, 4, &message.Query{Query: inList("ks.kv", 1024), Options: &message.QueryOptions{}})
+	b.ReportAllocs()
+	for b.Loop() {
+		q, _ := frame.ParseQuery(body, 4)
+		if got := c.query(&q, snap); len(got.Partitions) != 1024 {
+			b.Fatalf("%d partitions", len(got.Partitions))
+		}
 	}
 }

@@ -159,6 +159,13 @@ type LimitsConfig struct {
 	// LimitCounters limits counter table updates like other writes.
 	// ScyllaDB does not count them.
 	LimitCounters bool `yaml:"limit_counters"`
+	// MaxPartitionsPerRequest bounds the partitions of a limited table one
+	// request may touch (an IN list, a batch): up to it each is counted,
+	// and a request past it is refused with an Invalid error naming the
+	// setting, so that no request escapes its limits by its size and the
+	// proxy's work per request stays bounded. Tables without a limit for
+	// the request's operation are not affected.
+	MaxPartitionsPerRequest int `yaml:"max_partitions_per_request"`
 	// Default applies to every table that no more specific level limits.
 	Default RateLimits `yaml:"default"`
 	// Keyspaces are limits per keyspace and per table, by name as stored
@@ -347,6 +354,8 @@ func DefaultConfig() Config {
 			Burst:         1,
 			LimitLWT:      true,
 			LimitCounters: true,
+
+			MaxPartitionsPerRequest: 1024,
 		},
 	}
 }
@@ -584,6 +593,10 @@ const (
 // maxBurst bounds limits.burst so that it fits the limiter's nanoseconds.
 const maxBurst = 1e9
 
+// maxPartitionsPerRequest bounds limits.max_partitions_per_request: the
+// protocol's batches hold at most 65,535 statements.
+const maxPartitionsPerRequest = 65535
+
 // validate checks the limits section; errors are keyErrors.
 func (c *LimitsConfig) validate() error {
 	bad := func(err error, path ...string) error {
@@ -599,6 +612,9 @@ func (c *LimitsConfig) validate() error {
 	}
 	if !(c.Burst > 0) || c.Burst > maxBurst {
 		return bad(fmt.Errorf("%v must be a positive number of seconds", c.Burst), "burst")
+	}
+	if c.MaxPartitionsPerRequest < 1 || c.MaxPartitionsPerRequest > maxPartitionsPerRequest {
+		return bad(fmt.Errorf("%d is outside 1 to %d", c.MaxPartitionsPerRequest, maxPartitionsPerRequest), "max_partitions_per_request")
 	}
 	for ks, kl := range c.Keyspaces {
 		if !isStoredName(ks) {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/ratelimit"
@@ -16,6 +17,10 @@ const errCodeRateLimit = 0xF000
 type rejection struct {
 	table *schema.Table
 	op    Op
+	// tooMany is set when the request touches more partitions of table
+	// than limits.max_partitions_per_request, rather than being over a
+	// partition's limit; it is the bound.
+	tooMany int
 }
 
 // decide counts a classified request against the limits of each partition
@@ -28,11 +33,17 @@ type rejection struct {
 // Every partition counted, limited or not, is also counted by the hot
 // partitions sketch behind /hot.
 func (s *session) decide(c *Classification, now int64) (rejection, bool) {
-	if c == nil || !c.Pinned || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
+	if c == nil || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
 		return rejection{}, false
 	}
 	l, lim := s.p.limits.Load(), s.p.limiter.Load()
 	limited := l != nil && lim != nil && (!c.LWT || l.limitLWT) && (!c.Counter || l.limitCounters)
+	if c.Overflow != nil {
+		return s.decideOverflow(c, l, limited)
+	}
+	if !c.Pinned {
+		return rejection{}, false
+	}
 	hot := s.p.hot
 	if hot == nil && !limited {
 		return rejection{}, false
@@ -73,6 +84,30 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	return refused, !l.dryRun
 }
 
+// decideOverflow decides a request that touches more partitions of a
+// table than limits.max_partitions_per_request: refused when that table
+// has a limit for the request's operation, as counting past the bound is
+// work without bound and not counting would let the request through its
+// limits; forwarded uncounted otherwise.
+func (s *session) decideOverflow(c *Classification, l *limits, limited bool) (rejection, bool) {
+	if !limited {
+		return rejection{}, false
+	}
+	limit, writes := l.forTable(c.Overflow)
+	if c.Op == OpWrite {
+		limit = writes
+	}
+	if limit == 0 {
+		return rejection{}, false
+	}
+	outcome := "too_many_partitions"
+	if l.dryRun {
+		outcome = "dry_run"
+	}
+	s.p.metrics.rejections.WithLabelValues(c.Overflow.Keyspace, c.Overflow.Name, c.Op.String(), outcome).Inc()
+	return rejection{table: c.Overflow, op: c.Op, tooMany: l.maxPartitions}, !l.dryRun
+}
+
 // labelOf is the limiter label of t's reads or writes: a hash of the
 // table's name with the operation in the low bit. Two tables whose names
 // collide share counters only on partitions with the same token.
@@ -97,6 +132,12 @@ func labelOf(t *schema.Table, op Op) ratelimit.Label {
 // driver opted in, else with Config_error, which drivers do not retry. The
 // message is ScyllaDB's wording.
 func (s *session) answerRateLimited(h frame.Header, r rejection) {
+	if r.tooMany > 0 {
+		s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeInvalid,
+			fmt.Sprintf("cqlguard: the request touches more than %d partitions of %s.%s, which has a per-partition limit (limits.max_partitions_per_request); split it",
+				r.tooMany, r.table.Keyspace, r.table.Name))
+		return
+	}
 	v := h.Version
 	code := uint32(frame.ErrCodeConfig)
 	if s.rateLimitOptIn {

@@ -18,6 +18,8 @@ type limits struct {
 	// limitLWT and limitCounters: lightweight transactions and counter
 	// updates are limited like other writes.
 	limitLWT, limitCounters bool
+	// maxPartitions is limits.max_partitions_per_request.
+	maxPartitions int
 	// limiter is the configuration of the ratelimit.Limiter that enforces
 	// these limits.
 	limiter ratelimit.Config
@@ -60,6 +62,7 @@ func newLimits(cfg LimitsConfig) (*limits, error) {
 		dryRun:        cfg.DryRun,
 		limitLWT:      cfg.LimitLWT,
 		limitCounters: cfg.LimitCounters,
+		maxPartitions: cfg.MaxPartitionsPerRequest,
 		limiter: ratelimit.Config{
 			Algorithm:   cfg.Algorithm,
 			MemoryBytes: int(cfg.Memory),

@@ -1100,6 +1100,9 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	if ks := s.keyspace.Load(); ks != nil {
 		s.class.keyspace = *ks
 	}
+	if l := s.p.limits.Load(); l != nil {
+		s.class.maxPartitions = l.maxPartitions
+	}
 	switch h.Opcode {
 	case frame.OpQuery:
 		q, err := frame.ParseQuery(body, h.Version)
