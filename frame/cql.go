@@ -12,8 +12,9 @@ package frame
 // are recorded; any other relation on a column is recorded as not pinning
 // it (ranges, CONTAINS, token(...)). Terms are literals (strings, $$
 // strings$$, numbers, uuids, blobs, booleans, NaN, Infinity, collections,
-// tuples and UDT literals, kept as their text), bind markers, or anything
-// else (function calls, casts, arithmetic), which pins nothing.
+// tuples and UDT literals, kept as their text), bind markers, either after
+// a type hint ((bigint) 42 stands for 42), or anything else (function
+// calls, arithmetic), which pins nothing.
 //
 // Not supported, and so reported as StmtOther: USE (see StmtUse), DDL,
 // permissions, and anything else. The recogniser never guesses: what it
@@ -480,7 +481,7 @@ func (r *Recognizer) term() (Term, bool) {
 		return r.maybeExpr(r.countMarker(t))
 	case tokWord:
 		switch {
-		case t.isWord("true"), t.isWord("false"), t.isWord("nan"), t.isWord("infinity"), t.isWord("null"):
+		case isLiteralWord(t):
 			return r.maybeExpr(Term{Kind: TermLiteral, Text: t.text})
 		case r.lex.peek().isPunct('('):
 			// A function call: computed by the server.
@@ -506,6 +507,9 @@ func (r *Recognizer) term() (Term, bool) {
 			start, end := t.start, t.end
 			depth := 1
 			marked := false
+			// A type, as in a type hint, is words, <, > and commas, and
+			// starts with a word that is no literal.
+			typeLike := t.text[0] == '(' && r.lex.peek().kind == tokWord && !isLiteralWord(r.lex.peek())
 			for depth > 0 {
 				n := r.lex.next()
 				end = n.end
@@ -520,21 +524,33 @@ func (r *Recognizer) term() (Term, bool) {
 				case n.isPunct(']') || n.isPunct('}') || n.isPunct(')'):
 					depth--
 				}
+				if depth > 0 && n.kind != tokWord && !n.isPunct('<') && !n.isPunct('>') && !n.isPunct(',') {
+					typeLike = false
+				}
 			}
 			if marked {
 				return Term{Kind: TermOther}, true
 			}
-			if t.text[0] == '(' && r.lex.peek().kind != tokPunct && !r.lex.peek().isWord("and") && r.lex.peek().kind != tokEOF {
-				// (type) value: a cast.
-				if _, ok := r.term(); !ok {
+			if typeLike {
+				// (type) term: a type hint. Where the server accepts it,
+				// the value it gives the column is the term's as the
+				// column's type, so the term stands for itself; where it
+				// does not, the request fails whatever is counted.
+				inner, ok := r.term()
+				if !ok {
 					return Term{}, false
 				}
-				return Term{Kind: TermOther}, true
+				return inner, true
 			}
 			return r.maybeExpr(Term{Kind: TermLiteral, Text: r.lex.src[start:end]})
 		}
 	}
 	return Term{}, false
+}
+
+// isLiteralWord reports whether t is a word that is a literal.
+func isLiteralWord(t token) bool {
+	return t.isWord("true") || t.isWord("false") || t.isWord("nan") || t.isWord("infinity") || t.isWord("null")
 }
 
 // maybeExpr turns a term followed by arithmetic into TermOther.

@@ -356,3 +356,28 @@ func BenchmarkClassifyInList1024(b *testing.B) {
 		}
 	}
 }
+
+// A type hint does not take a key out of its limits: the hinted term is
+// serialized as the column's type, the value the server gives the column.
+func TestClassifyTypeHints(t *testing.T) {
+	snap := testSnapshot(t)
+	var c classifier
+	for _, tc := range []struct {
+		text  string
+		token int64
+	}{
+		{"SELECT v FROM ks.kv WHERE k = (int) 7", tokenOf(intBytes(7))},
+		{"UPDATE ks.kv SET v = 1 WHERE k = (int) 7", tokenOf(intBytes(7))},
+		{"INSERT INTO ks.kv (k, v) VALUES ((int) 7, 1)", tokenOf(intBytes(7))},
+		{`SELECT v FROM "Ks"."Tab" WHERE "Key" = (bigint) -1`, tokenOf([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})},
+		{"SELECT v FROM ks.counts WHERE k = (text) 'a'", tokenOf([]byte("a"))},
+	} {
+		q, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: tc.text, Options: &message.QueryOptions{}}), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.query(&q, snap); !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tc.token {
+			t.Errorf("%s: %+v, want pinned to token %d", tc.text, *got, tc.token)
+		}
+	}
+}
