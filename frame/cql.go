@@ -69,12 +69,15 @@ type Restriction struct {
 // point into the query text or into the Recognizer, and are valid until the
 // Recognizer's next call.
 type Statement struct {
-	Kind         StatementKind
-	Keyspace     []byte // empty when unqualified; lower-cased unless quoted
-	Table        []byte
-	LWT          bool // has an IF clause (IF NOT EXISTS, IF EXISTS, IF cond)
-	JSON         bool // INSERT ... JSON: JSONValue holds the literal
-	JSONValue    []byte
+	Kind      StatementKind
+	Keyspace  []byte // empty when unqualified; lower-cased unless quoted
+	Table     []byte
+	LWT       bool // has an IF clause (IF NOT EXISTS, IF EXISTS, IF cond)
+	JSON      bool // INSERT ... JSON: JSONValue holds the literal
+	JSONValue []byte
+	// JSONTerm is INSERT ... JSON's document: a string literal as written,
+	// or a bind marker.
+	JSONTerm     Term
 	Restrictions []Restriction
 	// Markers is how many bind markers the statement has.
 	Markers int
@@ -261,8 +264,11 @@ func (r *Recognizer) insertStmt() {
 		switch v.kind {
 		case tokString:
 			r.stmt.JSONValue = v.text
+			r.stmt.JSONTerm = Term{Kind: TermLiteral, Text: v.text}
 		case tokMarker:
-			r.marker++
+			r.stmt.JSONTerm = r.countMarker(v)
+		default:
+			r.stmt.JSONTerm = Term{Kind: TermOther}
 		}
 		r.skipRest()
 		return

@@ -112,7 +112,10 @@ type classifier struct {
 	// maxPartitions bounds the partitions a request is pinned to
 	// (limits.max_partitions_per_request); 0 means defaultMaxPartitions.
 	maxPartitions int
-	c             Classification
+	// doc and jsonScratch are INSERT JSON's document, when a literal, and
+	// the space its strings are decoded in.
+	doc, jsonScratch []byte
+	c                Classification
 }
 
 func (c *classifier) reset() {
@@ -145,6 +148,9 @@ func (c *classifier) release() {
 	}
 	if cap(c.spans) > 4*dedupLinear {
 		c.spans, c.odometer = nil, nil
+	}
+	if cap(c.doc) > largeFrame || cap(c.jsonScratch) > largeFrame {
+		c.doc, c.jsonScratch = nil, nil
 	}
 	c.key = schema.KeyBuilder{}
 }
@@ -242,6 +248,26 @@ func (c *classifier) statement(st *frame.Statement, ks []byte, snap *schema.Snap
 // Cassandra would, bound markers from values.
 func (c *classifier) sourcesFromStatement(st *frame.Statement, t *schema.Table, values *frame.Values) bool {
 	c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
+	if st.JSON {
+		var doc []byte
+		switch term := st.JSONTerm; term.Kind {
+		case frame.TermLiteral:
+			var err error
+			if c.doc, err = schema.AppendLiteral(c.doc[:0], textType, term.Text); err != nil {
+				return false
+			}
+			doc = c.doc
+		case frame.TermPositional, frame.TermNamed:
+			v, ok := boundValue(values, term)
+			if !ok {
+				return false
+			}
+			doc = v
+		default:
+			return false
+		}
+		return c.sourcesFromJSON(doc, t)
+	}
 	// Count first: a request past the bound is not worth serializing.
 	n := 1
 	for _, col := range t.PartitionKey {
@@ -275,6 +301,25 @@ func (c *classifier) sourcesFromStatement(st *frame.Statement, t *schema.Table, 
 			}
 			c.spans = append(c.spans, [2]int{start, len(c.comps)})
 		}
+	}
+	c.cols = append(c.cols, len(c.spans))
+	return true
+}
+
+// textType is the type INSERT JSON's document is read as.
+var textType = schema.Type{Kind: schema.Text}
+
+// sourcesFromJSON gathers each partition key column's value from an
+// INSERT JSON document, one component each.
+func (c *classifier) sourcesFromJSON(doc []byte, t *schema.Table) bool {
+	for _, col := range t.PartitionKey {
+		start := len(c.comps)
+		var err error
+		if c.comps, c.jsonScratch, err = schema.AppendJSONKey(c.comps, c.jsonScratch, doc, col.Name, col.Type); err != nil {
+			return false
+		}
+		c.cols = append(c.cols, len(c.spans))
+		c.spans = append(c.spans, [2]int{start, len(c.comps)})
 	}
 	c.cols = append(c.cols, len(c.spans))
 	return true
@@ -469,6 +514,9 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 		p.text = append([]byte(nil), text...)
 		return p
 	}
+	if st.JSON {
+		return c.prepareJSON(p, st, t)
+	}
 	sources := make([][]pkSource, 0, len(t.PartitionKey))
 	var literals []byte
 	for _, col := range t.PartitionKey {
@@ -501,6 +549,28 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 	return p
 }
 
+// prepareJSON learns where a prepared INSERT JSON's partition key comes
+// from: its document's bind marker, read at each EXECUTE, or a literal
+// document, read now.
+func (c *classifier) prepareJSON(p *preparedStatement, st *frame.Statement, t *schema.Table) *preparedStatement {
+	switch term := st.JSONTerm; term.Kind {
+	case frame.TermPositional, frame.TermNamed:
+		p.jsonIndex = int32(term.Index) + 1
+		return p
+	case frame.TermLiteral:
+		c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
+		doc, err := schema.AppendLiteral(nil, textType, term.Text)
+		if err != nil || !c.sourcesFromJSON(doc, t) {
+			return p
+		}
+		p.literals = slices.Clone(c.comps)
+		for _, sp := range c.spans {
+			p.sources = append(p.sources, []pkSource{{index: -1, start: uint32(sp[0]), end: uint32(sp[1])}})
+		}
+	}
+	return p
+}
+
 // execute classifies an EXECUTE of prepared statement p.
 func (c *classifier) execute(q *frame.Query, p *preparedStatement, snap *schema.Snapshot) *Classification {
 	c.reset()
@@ -527,6 +597,18 @@ func (c *classifier) executeInto(p *preparedStatement, values *frame.Values, sna
 		return
 	}
 	t := snap.Table(p.keyspace, p.tableName)
+	if t != nil && p.jsonIndex > 0 {
+		c.c.Counter = c.c.Counter || t.Counter
+		if !c.c.Pinned {
+			return
+		}
+		c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
+		v, ok := values.At(int(p.jsonIndex - 1))
+		if !ok || v.Kind != frame.ValueSet || !c.sourcesFromJSON(v.Bytes, t) || !c.addPartitions(t) {
+			c.c.Pinned = false
+		}
+		return
+	}
 	if t == nil || len(p.sources) != len(t.PartitionKey) {
 		c.c.Pinned = false
 		return

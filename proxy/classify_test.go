@@ -381,3 +381,63 @@ func TestClassifyTypeHints(t *testing.T) {
 		}
 	}
 }
+
+// INSERT ... JSON is pinned to the partition its document names, as a
+// literal, a bound value or a prepared statement's bound value; a document
+// the classifier cannot read with certainty pins nothing.
+func TestClassifyInsertJSON(t *testing.T) {
+	snap := testSnapshot(t)
+	reg := newPreparedRegistry(100)
+	var c classifier
+	query := func(text string, values ...*primitive.Value) *Classification {
+		q, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: text, Options: &message.QueryOptions{PositionalValues: values}}), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.query(&q, snap)
+	}
+	comp := tokenOf(intBytes(3), []byte("x"))
+	for _, tc := range []struct {
+		name  string
+		got   func() *Classification
+		token int64 // 0: not pinned
+	}{
+		{"literal", func() *Classification { return query(`INSERT INTO ks.kv JSON '{"k": 7, "v": "x"}'`) }, tokenOf(intBytes(7))},
+		{"literal, composite key", func() *Classification { return query(`INSERT INTO ks.comp JSON '{"b": "x", "a": 3}'`) }, comp},
+		{"literal, quoted key", func() *Classification { return query(`INSERT INTO "Ks"."Tab" JSON '{"\"Key\"": 1}'`) }, tokenOf([]byte{0, 0, 0, 0, 0, 0, 0, 1})},
+		{"bound", func() *Classification {
+			return query(`INSERT INTO ks.kv JSON ?`, primitive.NewValue([]byte(`{"k": 7}`)))
+		}, tokenOf(intBytes(7))},
+		{"prepared", func() *Classification {
+			p := c.prepare([]byte(`INSERT INTO ks.kv JSON ? DEFAULT UNSET`), nil, snap)
+			reg.put([]byte("id"), p)
+			e, err := frame.ParseExecute(encodeBody(t, 4, &message.Execute{QueryId: []byte("id"), Options: &message.QueryOptions{
+				PositionalValues: []*primitive.Value{primitive.NewValue([]byte(`{"k": 7}`))}}}), 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.execute(&e, reg.get([]byte("id")), snap)
+		}, tokenOf(intBytes(7))},
+		{"prepared literal", func() *Classification {
+			p := c.prepare([]byte(`INSERT INTO ks.kv JSON '{"k": 7}'`), nil, snap)
+			e, err := frame.ParseExecute(encodeBody(t, 4, &message.Execute{QueryId: []byte("id2"), Options: &message.QueryOptions{}}), 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.execute(&e, p, snap)
+		}, tokenOf(intBytes(7))},
+		{"key missing", func() *Classification { return query(`INSERT INTO ks.kv JSON '{"v": 1}'`) }, 0},
+		{"key a float", func() *Classification { return query(`INSERT INTO ks.kv JSON '{"k": 7.5}'`) }, 0},
+	} {
+		got := tc.got()
+		if tc.token == 0 {
+			if got.Pinned {
+				t.Errorf("%s: pinned %+v", tc.name, *got)
+			}
+			continue
+		}
+		if !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tc.token || got.Op != OpWrite {
+			t.Errorf("%s: %+v, want a write pinned to token %d", tc.name, *got, tc.token)
+		}
+	}
+}

@@ -26,8 +26,11 @@ type preparedStatement struct {
 	op                  Op
 	lwt, internal       bool
 	use                 bool // a USE: its answer sets the connection's keyspace
-	sources             [][]pkSource
-	literals            []byte // the serialized literals sources name
+	// jsonIndex is, for INSERT ... JSON ?, its marker's index plus one:
+	// the partition key is read from that value's document.
+	jsonIndex int32
+	sources   [][]pkSource
+	literals  []byte // the serialized literals sources name
 
 	// text is the statement's text, kept while its partitions could not be
 	// resolved (the schema did not know its table yet), and tried the
@@ -40,12 +43,12 @@ type preparedStatement struct {
 // it was not yet and snap is newer than the last try; the resolved
 // statement replaces p in the registry. It allocates only when it tries.
 func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema.Snapshot, c *classifier) *preparedStatement {
-	if p.sources != nil || p.text == nil || p.tried.Load() == snap {
+	if p.sources != nil || p.jsonIndex > 0 || p.text == nil || p.tried.Load() == snap {
 		return p
 	}
 	p.tried.Store(snap)
 	n := c.prepare(p.text, p.keyspace, snap)
-	if n.sources == nil {
+	if n.sources == nil && n.jsonIndex == 0 {
 		return p
 	}
 	n.table, n.columns, n.lwt = p.table, p.columns, n.lwt || p.lwt

@@ -179,7 +179,7 @@ func runTokenCase(t *testing.T, s *gocql.Session, raw []*client.CqlClientConnect
 	for j, v := range values[0] {
 		restrictions = append(restrictions, cols[j]+" = "+v.lit)
 	}
-	waitForSchema(t, s, tableName, fmt.Sprintf("SELECT id FROM %s WHERE %s", table, strings.Join(restrictions, " AND ")))
+	waitForSchema(t, s, tokenKeyspace, tableName, fmt.Sprintf("SELECT id FROM %s WHERE %s", table, strings.Join(restrictions, " AND ")))
 
 	// Each value is written four times, in four phases, so that the
 	// proxy's classifications of each phase can be told apart: id 4i
@@ -513,14 +513,14 @@ func setDiff(a, b []int64) (extra, missing int) {
 // waitForSchema runs probe, a SELECT pinned to one partition of table,
 // until the proxy classifies it as pinned: the proxy learns of the new
 // table from the schema change, a moment after CREATE returns.
-func waitForSchema(t *testing.T, s *gocql.Session, table, probe string) {
+func waitForSchema(t *testing.T, s *gocql.Session, keyspace, table, probe string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if err := s.Query(probe).Exec(); err != nil {
 			t.Fatalf("%s: %v", probe, err)
 		}
-		for _, o := range observed.take(tokenKeyspace, table) {
+		for _, o := range observed.take(keyspace, table) {
 			if o.pinned {
 				return
 			}
