@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/md5"
 	"encoding/binary"
 	"fmt"
@@ -38,23 +37,7 @@ func startAttackProxy(t *testing.T, upstream string, snap *schema.Snapshot, edit
 	if edit != nil {
 		edit(&cfg)
 	}
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{snap}))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	go p.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return p, ln.Addr().String()
+	return serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{snap}))
 }
 
 // A second request on a stream id in flight is refused with a protocol
@@ -503,17 +486,8 @@ func TestFailedUseKeepsKeyspace(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}), WithObserver(observe))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	c := dialStub(t, ln.Addr().String())
+	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}), WithObserver(observe))
+	c := dialStub(t, addr)
 	for i, q := range []string{"USE ks", "SELECT v FROM kv WHERE k = 1", "USE refuse", "SELECT v FROM kv WHERE k = 1"} {
 		c.write(stubQuery(int16(i), q))
 		if _, code, msg, err := c.next(); err != nil || (code != 0) != (q == "USE refuse") {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -80,23 +79,8 @@ func startBadInputProxy(t *testing.T, log *logLines, listen, upstream string, ed
 		edit(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	p, err := New(cfg, zerolog.New(log), reg, WithSchema(staticSchema{}))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	go p.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return &badInputProxy{p: p, reg: reg, addr: ln.Addr().String()}
+	p, addr := serveProxy(t, cfg, zerolog.New(log), reg, WithSchema(staticSchema{}))
+	return &badInputProxy{p: p, reg: reg, addr: addr}
 }
 
 // reasons returns cqlguard_protocol_errors_total by reason.

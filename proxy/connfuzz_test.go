@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/md5"
 	"encoding/binary"
 	"errors"
@@ -217,19 +216,5 @@ func startFuzzProxy(f *testing.F, upstream string) (*Proxy, string) {
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{upstream}
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(f)}))
-	if err != nil {
-		f.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		f.Fatal(err)
-	}
-	go p.Serve(ln)
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-	})
-	return p, ln.Addr().String()
+	return serveProxy(f, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(f)}))
 }

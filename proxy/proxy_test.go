@@ -57,23 +57,32 @@ func startProxy(t *testing.T, edit func(*Config)) *Proxy {
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
 	edit(&cfg)
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
+	p, _ := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
+	return p
+}
+
+// serveProxy runs a proxy for cfg, listening on cfg.Listen (which may name
+// port 0), until the test ends, and returns it and the address it listens
+// on.
+func serveProxy(tb testing.TB, cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Option) (*Proxy, string) {
+	tb.Helper()
+	p, err := New(cfg, log, reg, opts...)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		tb.Fatalf("New: %v", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		t.Fatalf("listen: %v", err)
+		tb.Fatalf("listen: %v", err)
 	}
 	go p.Serve(ln)
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := p.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
+			tb.Errorf("Shutdown: %v", err)
 		}
 	})
-	return p
+	return p, ln.Addr().String()
 }
 
 type recorder struct {
