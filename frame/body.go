@@ -17,6 +17,10 @@ const (
 	ErrCodeUnprepared  int32 = 0x2500
 	ErrCodeInvalid     int32 = 0x2200
 	ErrCodeSyntaxError int32 = 0x2000
+	// ErrCodeRateLimit is the code cqlguard advertises in SUPPORTED for
+	// ScyllaDB's SCYLLA_RATE_LIMIT_ERROR, and answers drivers that opted in
+	// to it with: ScyllaDB's own.
+	ErrCodeRateLimit int32 = 0xF000
 )
 
 // QueryString returns the CQL text at the start of a QUERY or PREPARE body
@@ -53,6 +57,52 @@ func AppendError(dst []byte, v uint8, stream int16, code int32, msg string) []by
 	dst = binary.BigEndian.AppendUint32(dst, uint32(code))
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(msg)))
 	dst = append(dst, msg...)
+	SetLength(dst[start:])
+	return dst
+}
+
+// AppendUnprepared appends a whole Unprepared ERROR frame for statement
+// id on stream, in protocol version v: the driver prepares it again.
+func AppendUnprepared(dst []byte, v uint8, stream int16, msg string, id []byte) []byte {
+	start := len(dst)
+	dst = AppendHeader(dst, Header{Version: v, Response: true, Stream: stream, Opcode: OpError})
+	dst = binary.BigEndian.AppendUint32(dst, uint32(ErrCodeUnprepared))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(msg)))
+	dst = append(dst, msg...)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(id)))
+	dst = append(dst, id...)
+	SetLength(dst[start:])
+	return dst
+}
+
+// AppendRateLimited appends a whole ERROR frame refusing a read (or a
+// write) of keyspace.table over its per-partition limit, on stream in
+// protocol version v, in ScyllaDB's words: with ScyllaDB's rate-limit error
+// (its op type, and rejected by the coordinator) when the driver opted in,
+// else with Config_error, which drivers do not retry. It allocates nothing.
+func AppendRateLimited(dst []byte, v uint8, stream int16, optIn, write bool, keyspace, table string) []byte {
+	start := len(dst)
+	code, op, opType := ErrCodeConfig, "read", byte(0)
+	if optIn {
+		code = ErrCodeRateLimit
+	}
+	if write {
+		op, opType = "write", 1
+	}
+	const prefix, middle, suffix = "Per-partition rate limit reached for ", " in table ", ", rejected by coordinator"
+	dst = AppendHeader(dst, Header{Version: v, Response: true, Stream: stream, Opcode: OpError})
+	dst = binary.BigEndian.AppendUint32(dst, uint32(code))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(prefix)+len(op)+len(middle)+len(keyspace)+1+len(table)+len(suffix)))
+	dst = append(dst, prefix...)
+	dst = append(dst, op...)
+	dst = append(dst, middle...)
+	dst = append(dst, keyspace...)
+	dst = append(dst, '.')
+	dst = append(dst, table...)
+	dst = append(dst, suffix...)
+	if optIn {
+		dst = append(dst, opType, 1) // rejected_by_coordinator
+	}
 	SetLength(dst[start:])
 	return dst
 }

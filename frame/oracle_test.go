@@ -9,6 +9,7 @@ package frame
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"reflect"
 	"testing"
@@ -263,5 +264,43 @@ func TestSegmentCorruption(t *testing.T) {
 				t.Errorf("lz4=%v: flipping a bit of byte %d went unnoticed", compressed, i)
 			}
 		}
+	}
+}
+
+// The answers the proxy writes itself decode, with the oracle library, to
+// the messages they mean.
+func TestOracleAnswers(t *testing.T) {
+	for _, v := range []uint8{3, 4, 5} {
+		cases := []struct {
+			name string
+			raw  []byte
+			want message.Message
+		}{
+			{"unprepared", AppendUnprepared(nil, v, 7, "prepare it again", []byte{1, 2, 3}),
+				&message.Unprepared{ErrorMessage: "prepare it again", Id: []byte{1, 2, 3}}},
+			{"rate limited, Config_error", AppendRateLimited(nil, v, 9, false, true, "ks", "t"),
+				&message.ConfigError{ErrorMessage: "Per-partition rate limit reached for write in table ks.t, rejected by coordinator"}},
+			{"protocol error", AppendError(nil, v, -1, ErrCodeProtocol, "bad"),
+				&message.ProtocolError{ErrorMessage: "bad"}},
+		}
+		for _, tc := range cases {
+			f := oracleDecode(t, tc.raw, CompressionNone)
+			if !reflect.DeepEqual(f.Body.Message, tc.want) {
+				t.Errorf("v%d %s: %#v, want %#v", v, tc.name, f.Body.Message, tc.want)
+			}
+		}
+	}
+	// The oracle does not know ScyllaDB's error; its body is read by hand:
+	// code, message, op type (write: 1), rejected by the coordinator.
+	b := AppendRateLimited(nil, 4, 3, true, false, "ks", "t")[HeaderSize:]
+	msg := "Per-partition rate limit reached for read in table ks.t, rejected by coordinator"
+	want := binary.BigEndian.AppendUint32(nil, uint32(ErrCodeRateLimit))
+	want = binary.BigEndian.AppendUint16(want, uint16(len(msg)))
+	want = append(append(want, msg...), 0, 1)
+	if !bytes.Equal(b, want) {
+		t.Errorf("opted-in rate-limit error body % x, want % x", b, want)
+	}
+	if n := testing.AllocsPerRun(100, func() { b = AppendRateLimited(b[:0], 4, 3, true, true, "ks", "t") }); n != 0 {
+		t.Errorf("AppendRateLimited allocates %v", n)
 	}
 }

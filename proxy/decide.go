@@ -1,17 +1,12 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
 )
-
-// errCodeRateLimit is the code cqlguard advertises in SUPPORTED for
-// SCYLLA_RATE_LIMIT_ERROR, and answers opted-in drivers with.
-const errCodeRateLimit = 0xF000
 
 // rejection names what a refused request was refused for.
 type rejection struct {
@@ -138,35 +133,6 @@ func (s *session) answerRateLimited(h frame.Header, r rejection) {
 				r.tooMany, r.table.Keyspace, r.table.Name))
 		return
 	}
-	v := h.Version
-	code := uint32(frame.ErrCodeConfig)
-	if s.rateLimitOptIn {
-		code = errCodeRateLimit
-	}
-	opName := "read"
-	if r.op == OpWrite {
-		opName = "write"
-	}
-	b := frame.AppendHeader(s.reqScratch[:0], frame.Header{Version: v, Response: true, Stream: h.Stream, Opcode: frame.OpError})
-	b = binary.BigEndian.AppendUint32(b, code)
-	n := len("Per-partition rate limit reached for ") + len(opName) + len(" in table ") +
-		len(r.table.Keyspace) + 1 + len(r.table.Name) + len(", rejected by coordinator")
-	b = binary.BigEndian.AppendUint16(b, uint16(n))
-	b = append(b, "Per-partition rate limit reached for "...)
-	b = append(b, opName...)
-	b = append(b, " in table "...)
-	b = append(b, r.table.Keyspace...)
-	b = append(b, '.')
-	b = append(b, r.table.Name...)
-	b = append(b, ", rejected by coordinator"...)
-	if s.rateLimitOptIn {
-		opType := byte(0)
-		if r.op == OpWrite {
-			opType = 1
-		}
-		b = append(b, opType, 1) // rejected_by_coordinator
-	}
-	frame.SetLength(b)
-	s.reqScratch = b
-	s.reply(b)
+	s.reqScratch = frame.AppendRateLimited(s.reqScratch[:0], h.Version, h.Stream, s.rateLimitOptIn, r.op == OpWrite, r.table.Keyspace, r.table.Name)
+	s.reply(s.reqScratch)
 }

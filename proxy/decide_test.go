@@ -67,7 +67,7 @@ func TestEnforceLimits(t *testing.T) {
 			code := int32(binary.BigEndian.Uint32(raw[frame.HeaderSize:]))
 			want := frame.ErrCodeConfig
 			if optIn {
-				want = errCodeRateLimit
+				want = frame.ErrCodeRateLimit
 			}
 			if code != want {
 				t.Errorf("opt-in %v: code %#x, want %#x", optIn, code, want)

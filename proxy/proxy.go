@@ -1369,16 +1369,8 @@ func skipResponsePrefix(body []byte, h frame.Header) []byte {
 // answerUnprepared tells the driver to prepare statement id again.
 func (s *session) answerUnprepared(h frame.Header, id []byte) {
 	const msg = "cqlguard: prepared statement not known to the proxy; prepare it again"
-	v := h.Version
-	b := frame.AppendHeader(s.reqScratch[:0], frame.Header{Version: v, Response: true, Stream: h.Stream, Opcode: frame.OpError})
-	b = binary.BigEndian.AppendUint32(b, uint32(frame.ErrCodeUnprepared))
-	b = binary.BigEndian.AppendUint16(b, uint16(len(msg)))
-	b = append(b, msg...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(id)))
-	b = append(b, id...)
-	frame.SetLength(b)
-	s.reqScratch = b
-	s.reply(b)
+	s.reqScratch = frame.AppendUnprepared(s.reqScratch[:0], h.Version, h.Stream, msg, id)
+	s.reply(s.reqScratch)
 }
 
 // answer sends the client an ERROR on stream, in place of a response from

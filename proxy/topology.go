@@ -27,10 +27,6 @@ import (
 	"github.com/cqlguard/cqlguard/frame"
 )
 
-// RateLimitErrorCode is the error code cqlguard advertises for ScyllaDB's
-// rate-limit error, and uses when it rejects for a driver that opted in.
-const RateLimitErrorCode = 61440
-
 // rateLimitKey is the SUPPORTED and STARTUP key of ScyllaDB's rate-limit error.
 const rateLimitKey = "SCYLLA_RATE_LIMIT_ERROR"
 
@@ -142,7 +138,7 @@ func (t *topology) supported(f []byte, comp frame.Compression) ([]byte, error) {
 	for _, k := range strippedSupported {
 		delete(sup.Options, k)
 	}
-	sup.Options[rateLimitKey] = []string{"ERROR_CODE=" + strconv.Itoa(RateLimitErrorCode)}
+	sup.Options[rateLimitKey] = []string{"ERROR_CODE=" + strconv.Itoa(int(frame.ErrCodeRateLimit))}
 	return t.encode(fr)
 }
 
