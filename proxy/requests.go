@@ -1,0 +1,403 @@
+package proxy
+
+// The request path: what the proxy does with each frame a client sends.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// serveRequests is the request path: it reads each frame from the client,
+// classifies it, decides, and forwards it upstream or answers it.
+func (s *session) serveRequests() error {
+	m := s.p.metrics
+	for {
+		// Read a frame. Frames the proxy cannot take are answered, not
+		// dropped, so the driver's request never waits for nothing. With
+		// nothing buffered, wait for the client without a read buffer.
+		s.giveDecompressed()
+		if s.fromClient.Buffered() == 0 {
+			if s.heldLarge {
+				s.class.release()
+				s.decomp.Release()
+				if cap(s.rewritten) > largeFrame {
+					s.rewritten = nil
+				}
+				s.heldLarge = false
+			}
+			// The last frame is done with: an idle connection holds
+			// nothing of max_frame_bytes_total.
+			s.fromClient.Release()
+			s.fromClient.Shrink()
+			s.clientIn.park()
+			s.clientIn.wait()
+		}
+		f, h, err := s.fromClient.Next()
+		if err != nil {
+			var tooLarge *frame.TooLargeError
+			var version *frame.UnsupportedVersionError
+			switch {
+			case errors.As(err, &tooLarge):
+				m.protocolErrors.WithLabelValues("frame_too_large").Inc()
+				s.log.Warn().Int("bytes", h.Length).Str("opcode", h.Opcode.String()).Msg("request frame too large")
+				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
+				continue
+			case errors.As(err, &version):
+				// Drivers ask for the highest version they know and step
+				// down when refused (the Python driver starts at DSE's 65
+				// and 66): that is negotiation, not an error. Any other
+				// first byte is a client that does not speak CQL.
+				if negotiating(version.Version) {
+					m.versionRefusals.Inc()
+					s.log.Debug().Uint8("version", version.Version).Msg("protocol version not spoken; the driver may ask for a lower one")
+				} else {
+					m.protocolErrors.WithLabelValues("unsupported_version").Inc()
+					s.log.Info().Uint8("version", version.Version).Msg("unsupported protocol version")
+				}
+				s.refuseVersion(version)
+				return errVersionRefused
+			}
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				// Half a frame and then nothing: there is no stream to
+				// answer on, so the connection ends.
+				m.protocolErrors.WithLabelValues("client_stalled").Inc()
+				return fmt.Errorf("client sent part of a frame and nothing more for %s (frame_timeout): %w",
+					time.Duration(s.p.cfg.FrameTimeout), err)
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, errSessionClosed) {
+				m.protocolErrors.WithLabelValues("bad_request_frame").Inc()
+			}
+			return err
+		}
+		// The next frame gets a frame_timeout of its own, not what is left
+		// of this one's, however long the request path waits meanwhile.
+		s.guard.rearm()
+		m.frame(dirRequest, h.Opcode, len(f))
+		s.heldLarge = s.heldLarge || len(f) > largeFrame
+		if h.Response {
+			m.protocolErrors.WithLabelValues("response_from_client").Inc()
+			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request frame with the response bit set")
+			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "frame from client has the response bit set")
+			continue
+		}
+
+		// A stream id names one request until its answer. A negative id is
+		// the server's (events), and a second request on an id in flight
+		// would take the first one's answer, or its place in the stream
+		// table: both are refused before anything else is done with them,
+		// so that they change nothing the proxy shares.
+		if reason, msg := s.badStream(h.Stream); reason != "" {
+			m.protocolErrors.WithLabelValues(reason).Inc()
+			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg(msg)
+			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "cqlguard: "+msg)
+			continue
+		}
+
+		// Classify: what the proxy must do with the response, and which
+		// tables, operation and partitions the request touches.
+		req := request{start: s.now(), version: h.Version}
+		var class *Classification
+		switch h.Opcode {
+		case frame.OpStartup:
+			if f, err = s.startup(f, h); err != nil {
+				m.protocolErrors.WithLabelValues("bad_startup").Inc()
+				s.log.Info().Err(err).Msg("STARTUP refused")
+				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
+				continue
+			}
+			req.reply = replyStartup
+			s.awaitingV5.Store(h.Version >= 5)
+		case frame.OpOptions:
+			req.reply = replySupported
+		case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
+			var unknown []byte
+			class, unknown = s.classify(f, h, &req)
+			// A statement the proxy has not seen prepared (prepared before
+			// the proxy started, or forgotten) cannot be classified: the
+			// driver is told to prepare it again, through the proxy.
+			if unknown != nil {
+				m.protocolErrors.WithLabelValues("unprepared").Inc()
+				s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Hex("id", unknown).Msg("statement not prepared through the proxy; answered Unprepared")
+				s.answerUnprepared(h, unknown)
+				continue
+			}
+		default:
+			// The upstream answers what it does not know in its own words;
+			// the proxy only notes it.
+			if !h.Opcode.Valid() {
+				m.protocolErrors.WithLabelValues("unknown_opcode").Inc()
+				s.log.Info().Int16("stream", h.Stream).Uint8("opcode", uint8(h.Opcode)).Msg("unknown opcode; forwarded for the upstream to answer")
+			}
+		}
+
+		// A driver that takes cqlguard for ScyllaDB, because it advertises
+		// ScyllaDB's rate-limit error, may add ScyllaDB's USING TIMEOUT to
+		// its queries of the system tables (ScyllaDB's Rust driver does),
+		// which Cassandra refuses as a syntax error.
+		internal := class != nil && class.Internal || h.Opcode == frame.OpPrepare && req.prepared != nil && req.prepared.internal
+		if internal && !s.upstreamRateLimit {
+			f = s.dropUsingTimeout(f, h)
+		}
+
+		// Decide: a request over its partition's limit is answered here
+		// and never costs the upstream anything.
+		if class != nil {
+			req.ddl = class.Op == OpNone && !class.Internal
+			if s.p.observe != nil {
+				s.p.observe(class)
+			}
+			if r, reject := s.decide(class, s.p.epochUnix+req.start); reject {
+				s.answerRateLimited(h, r)
+				continue
+			}
+		}
+
+		// Forward. A slot of max_in_flight first: at that bound nothing
+		// more is read from this client until some request is answered.
+		if !s.p.inflight.take(1, &s.stopped, nil) {
+			return net.ErrClosed
+		}
+		// The stream is recorded before forwarding so that a fast response
+		// finds it.
+		max := s.p.cfg.MaxInFlightPerConnection
+		s.mu.Lock()
+		if s.streams.inflight == 0 {
+			s.activity++ // the upstream's silence counts from now
+		}
+		// badStream saw the id free, and only this path begins streams.
+		s.streams.begin(h.Stream, req)
+		full := max > 0 && s.streams.inflight >= max
+		s.mu.Unlock()
+		if err := s.toUpstream.Write(f); err != nil {
+			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
+		}
+		// Write copied the frame: give its share of max_frame_bytes_total
+		// back before waiting on anything.
+		s.fromClient.Release()
+		s.giveDecompressed()
+		// Back-pressure: with as many requests in flight as allowed, read
+		// nothing more from this client until one is answered.
+		if full {
+			m.inFlightWaits.Inc()
+			s.mu.Lock()
+			for s.streams.inflight >= max && !s.halted {
+				s.full = true
+				s.room.Wait()
+			}
+			s.mu.Unlock()
+		}
+		if h.Opcode == frame.OpStartup && h.Version >= 5 {
+			// v5 framing starts once the upstream has answered STARTUP, and
+			// the client's next bytes may already be segments: wait.
+			if !<-s.handshake {
+				continue
+			}
+			s.fromClient.UseSegments(s.reqCompression == frame.CompressionLZ4)
+		}
+	}
+}
+
+// badStream returns the reason and message to refuse a request on stream
+// id with, or "" for an id that may carry a new request: not negative and
+// not in flight.
+func (s *session) badStream(id int16) (reason, msg string) {
+	if id < 0 {
+		return "negative_stream", fmt.Sprintf("request on stream %d: negative stream ids are the server's", id)
+	}
+	s.mu.Lock()
+	busy := s.streams.busy(id)
+	s.mu.Unlock()
+	if busy {
+		return "stream_in_use", fmt.Sprintf("request on stream %d, which has a request in flight", id)
+	}
+	return "", ""
+}
+
+// startup remembers the driver's compression and rate-limit opt-in, and
+// keeps the opt-in from an upstream that did not advertise it.
+func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
+	opts, err := startupOptions(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading STARTUP options: %w", err)
+	}
+	comp := frame.CompressionNone
+	if c, ok := opts["COMPRESSION"]; ok {
+		if comp, err = frame.ParseCompression(c); err != nil {
+			// Unknown compression: let the upstream refuse it in its words.
+			comp = frame.CompressionNone
+		}
+	}
+	_, optIn := opts[rateLimitKey]
+	s.mu.Lock()
+	s.compression, s.rateLimitOptIn = comp, optIn
+	s.mu.Unlock()
+	s.reqCompression = comp
+	if optIn && !s.upstreamRateLimit {
+		return startupWithout(f, opts, rateLimitKey)
+	}
+	return f, nil
+}
+
+// classify classifies a QUERY, PREPARE, EXECUTE or BATCH, and notes in
+// req what its response needs (topology rows rewritten, a prepared
+// statement learned). It returns the id of a statement the proxy has not
+// seen prepared, which the driver must prepare again.
+func (s *session) classify(f []byte, h frame.Header, req *request) (*Classification, []byte) {
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var err error
+		if body, err = s.decompress(body, len(f)); err != nil {
+			if !errors.Is(err, errSessionClosed) {
+				s.unclassified(h, err)
+			}
+			return nil, nil
+		}
+	}
+	body = skipRequestPrefix(body, h)
+	snap := s.p.schema.Current()
+	if ks := s.keyspace.Load(); ks != nil {
+		s.class.keyspace = *ks
+	}
+	if l := s.p.limits.Load(); l != nil {
+		s.class.maxPartitions = l.maxPartitions
+	}
+	switch h.Opcode {
+	case frame.OpQuery:
+		q, err := frame.ParseQuery(body, h.Version)
+		if err != nil {
+			s.unclassified(h, err)
+			return nil, nil
+		}
+		req.reply = tableOf(q.Text)
+		c := s.class.query(&q, snap)
+		req.use = s.class.use
+		return c, nil
+	case frame.OpPrepare:
+		q, err := frame.QueryString(body)
+		if err != nil {
+			s.unclassified(h, err)
+			return nil, nil
+		}
+		req.reply, req.table = replyPrepared, tableOf(q)
+		req.prepared = s.class.prepare(q, nil, snap)
+		return nil, nil
+	case frame.OpExecute:
+		q, err := frame.ParseExecute(body, h.Version)
+		if err != nil {
+			s.unclassified(h, err)
+			return nil, nil
+		}
+		p := s.p.prepared.get(q.ID)
+		if p == nil {
+			return nil, q.ID
+		}
+		p = s.p.prepared.resolve(q.ID, p, snap, &s.class)
+		req.reply, req.prepared, req.use = p.table, p, p.use
+		return s.class.execute(&q, p, snap), nil
+	case frame.OpBatch:
+		b, err := frame.ParseBatch(body, h.Version)
+		if err != nil {
+			s.unclassified(h, err)
+			return nil, nil
+		}
+		return s.class.batch(&b, s.p.prepared, snap)
+	}
+	return nil, nil
+}
+
+// decompress returns the decompressed body of a request frame of n bytes.
+// A body over 64 KiB takes its size from max_frame_bytes_total in place of
+// its frame's share, which it gives back (the frame's bytes are held no
+// longer than its body's), and holds it until giveDecompressed: after the
+// request is forwarded or answered. So the request path never waits for
+// room while it holds any, and a compressed body, small on the wire, is
+// counted at the size it takes in memory.
+func (s *session) decompress(body []byte, n int) ([]byte, error) {
+	size, err := frame.DecodedLen(s.reqCompression, body, s.p.cfg.MaxFrameBytes)
+	if err != nil {
+		return nil, err
+	}
+	if size > largeFrame && size > s.decompHeld {
+		s.fromClient.Release()
+		s.giveDecompressed()
+		share := max(size, n)
+		if !s.p.requestFrames.take(int64(share), &s.stopped, nil) {
+			return nil, errSessionClosed
+		}
+		s.decompHeld = share
+		s.heldLarge = true
+	}
+	return s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes)
+}
+
+// giveDecompressed lets go of a decompressed body over 64 KiB and gives
+// its share of max_frame_bytes_total back.
+func (s *session) giveDecompressed() {
+	if s.decompHeld > 0 {
+		s.decomp.Release()
+		s.p.requestFrames.give(s.decompHeld)
+		s.decompHeld = 0
+	}
+}
+
+// unclassified notes a request whose body the proxy cannot decode. It is
+// forwarded as it is and never limited: the upstream says what is wrong.
+func (s *session) unclassified(h frame.Header, err error) {
+	s.p.metrics.protocolErrors.WithLabelValues("bad_request_body").Inc()
+	s.log.Info().Err(err).Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request body not understood; forwarded unclassified")
+}
+
+// dropUsingTimeout returns the QUERY or PREPARE f without a trailing USING
+// TIMEOUT clause, or f itself if it has none. The frame it returns is
+// uncompressed, which a v4 frame may be whatever the connection negotiated.
+func (s *session) dropUsingTimeout(f []byte, h frame.Header) []byte {
+	if (h.Opcode != frame.OpQuery && h.Opcode != frame.OpPrepare) || h.Flags&frame.FlagCustomPayload != 0 {
+		return f
+	}
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var err error
+		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return f
+		}
+	}
+	// QUERY and PREPARE bodies both start with the statement, a [long
+	// string].
+	q, err := frame.QueryString(body)
+	if err != nil {
+		return f
+	}
+	n, ok := frame.TrimUsingTimeout(q)
+	if !ok {
+		return f
+	}
+	rest := body[4+len(q):]
+	h.Flags &^= frame.FlagCompression
+	h.Length = 4 + n + len(rest)
+	out := frame.AppendHeader(s.rewritten[:0], h)
+	out = binary.BigEndian.AppendUint32(out, uint32(n))
+	out = append(out, q[:n]...)
+	out = append(out, rest...)
+	s.rewritten = out
+	s.log.Debug().Int16("stream", h.Stream).Msg("dropped USING TIMEOUT, which the upstream does not take")
+	return out
+}
+
+// skipRequestPrefix skips the tracing-free prefix a request body may carry:
+// a custom payload ([bytes map]) when its flag is set.
+func skipRequestPrefix(body []byte, h frame.Header) []byte {
+	if h.Flags&frame.FlagCustomPayload == 0 {
+		return body
+	}
+	n, ok := frame.BytesMapLen(body)
+	if !ok {
+		return nil
+	}
+	return body[n:]
+}

@@ -1,0 +1,243 @@
+package proxy
+
+// The response path: what the proxy does with each frame the upstream sends.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/datastax/go-cassandra-native-protocol/message"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// serveResponses is the response path: it forwards each frame from the
+// upstream to the client, rewriting what reveals the upstream's topology.
+func (s *session) serveResponses() error {
+	m := s.p.metrics
+	defer func() {
+		// A v5 STARTUP waiting for its answer must not wait forever.
+		select {
+		case s.handshake <- false:
+		default:
+		}
+	}()
+	for {
+		if s.fromUpstream.Buffered() == 0 {
+			s.fromUpstream.Release()
+			s.fromUpstream.Shrink()
+			s.upstreamIn.park()
+			s.upstreamIn.wait()
+		}
+		f, h, err := s.fromUpstream.Next()
+		if err != nil {
+			var tooLarge *frame.TooLargeError
+			if !errors.As(err, &tooLarge) {
+				return err
+			}
+			// The client still gets an answer on its stream.
+			m.protocolErrors.WithLabelValues("response_too_large").Inc()
+			s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
+			s.mu.Lock()
+			s.activity++
+			_, ended := s.streams.end(h.Stream)
+			s.wakeRequests()
+			s.mu.Unlock()
+			if ended {
+				s.p.inflight.give(1)
+			}
+			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+			continue
+		}
+		m.frame(dirResponse, h.Opcode, len(f))
+
+		s.mu.Lock()
+		s.activity++
+		req, ok := s.streams.end(h.Stream)
+		idle := s.draining && s.streams.inflight == 0
+		comp := s.compression
+		s.wakeRequests()
+		s.mu.Unlock()
+		if ok {
+			s.p.inflight.give(1)
+			m.upstreamLatency.Observe(float64(s.now()-req.start) / 1e9)
+			// Only a statement that ran can have changed the schema: an
+			// error (say, to garbage CQL sent in a loop) must not keep the
+			// schema loader reloading.
+			if req.ddl && h.Opcode == frame.OpResult {
+				s.p.schema.Refresh()
+			}
+			if req.use && h.Opcode == frame.OpResult {
+				s.learnKeyspace(f, h, comp)
+			}
+		}
+
+		if h.Opcode == frame.OpEvent || req.reply != replyForward {
+			var keep bool
+			if f, keep, err = s.rewriteResponse(f, h, req, comp); err != nil {
+				m.protocolErrors.WithLabelValues("bad_response").Inc()
+				s.log.Warn().Err(err).Str("opcode", h.Opcode.String()).Msg("cannot rewrite response")
+				if h.Stream < 0 {
+					continue
+				}
+				s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
+				continue
+			}
+			if !keep {
+				m.filteredEvents.Inc()
+				continue
+			}
+		}
+		if err := s.toClient.Write(f); err != nil {
+			return fmt.Errorf("%w: %w", errClientGone, err)
+		}
+
+		// Cassandra answers a version it does not speak on stream 0,
+		// whatever stream the STARTUP used.
+		if s.awaitingV5.Load() && (req.reply == replyStartup || h.Opcode == frame.OpError && h.Stream == 0) {
+			// READY and AUTHENTICATE are the last plain frames; what follows,
+			// both ways, travels in segments.
+			segments := h.Opcode == frame.OpReady || h.Opcode == frame.OpAuthenticate
+			if segments {
+				lz4 := comp == frame.CompressionLZ4
+				s.toClient.UseSegments(lz4)
+				s.toUpstream.UseSegments(lz4)
+				s.fromUpstream.UseSegments(lz4)
+			}
+			s.awaitingV5.Store(false)
+			s.handshake <- segments
+		}
+		if idle {
+			return nil
+		}
+	}
+}
+
+// rewriteResponse applies what classification asked of a response.
+func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotiated frame.Compression) ([]byte, bool, error) {
+	comp := frame.CompressionNone
+	if h.Compressed() {
+		comp = negotiated
+	}
+	t := s.p.topo
+	switch {
+	case h.Opcode == frame.OpEvent:
+		return t.event(f, comp)
+	case req.reply == replySupported && h.Opcode == frame.OpSupported:
+		out, err := t.supported(f, comp)
+		return out, true, err
+	case h.Opcode != frame.OpResult:
+		return f, true, nil
+	case req.reply == replyPrepared:
+		return f, true, s.learnPrepared(f, h, comp, req.table, req.prepared)
+	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
+		var cols []*message.ColumnMetadata
+		if req.prepared != nil {
+			cols = req.prepared.columns
+		}
+		out, err := t.rows(f, comp, req.reply, cols)
+		return out, true, err
+	}
+	return f, true, nil
+}
+
+// learnPrepared records the statement a RESULT Prepared names: what the
+// request path learned of its text (p), completed with the partition key
+// indexes the upstream reports.
+func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply, p *preparedStatement) error {
+	body := f[frame.HeaderSize:]
+	if comp != frame.CompressionNone {
+		var d frame.Decompressor
+		var err error
+		if body, err = d.Body(comp, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return err
+		}
+	}
+	body = skipResponsePrefix(body, h)
+	if len(body) < 4 || binary.BigEndian.Uint32(body) != resultPrepared {
+		return nil // an error, say
+	}
+	prep, err := frame.ParsePrepared(body, h.Version)
+	if err != nil {
+		return fmt.Errorf("RESULT Prepared: %w", err)
+	}
+	if p == nil {
+		p = &preparedStatement{}
+	}
+	p.table = table
+	if p.sources == nil && prep.PKIndexes.Len() > 0 && p.op != OpNone {
+		// The schema did not say (a table it does not know yet, say), but
+		// the upstream did (v4 and later): each partition key column is
+		// one bound variable.
+		for i := range prep.PKIndexes.Len() {
+			p.sources = append(p.sources, []pkSource{{index: int32(prep.PKIndexes.At(i))}})
+		}
+		if len(p.keyspace) == 0 {
+			p.keyspace = append([]byte(nil), prep.Keyspace...)
+		}
+	}
+	p.lwt = p.lwt || prep.LWT
+	if table != replyForward {
+		if p.columns, err = s.p.topo.preparedColumns(f, comp); err != nil {
+			return err
+		}
+	}
+	s.p.prepared.put(prep.ID, p)
+	return nil
+}
+
+// learnKeyspace sets the connection's keyspace from the upstream's answer
+// to a USE: a RESULT Set_keyspace, which names the keyspace as stored.
+// Anything else leaves the keyspace as it was.
+func (s *session) learnKeyspace(f []byte, h frame.Header, comp frame.Compression) {
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var d frame.Decompressor
+		var err error
+		if body, err = d.Body(comp, body, s.p.cfg.MaxFrameBytes); err != nil {
+			return
+		}
+	}
+	body = skipResponsePrefix(body, h)
+	if len(body) < 6 || binary.BigEndian.Uint32(body) != resultSetKeyspace {
+		return
+	}
+	n := int(binary.BigEndian.Uint16(body[4:]))
+	if len(body) < 6+n {
+		return
+	}
+	ks := append([]byte(nil), body[6:6+n]...)
+	s.keyspace.Store(&ks)
+}
+
+// Kinds of RESULT the proxy reads.
+const (
+	resultSetKeyspace = 3
+	resultPrepared    = 4
+)
+
+// skipResponsePrefix skips what a response body may carry before its
+// message: a tracing id, warnings and a custom payload, as the flags say.
+func skipResponsePrefix(body []byte, h frame.Header) []byte {
+	if h.Flags&frame.FlagTracing != 0 {
+		if len(body) < 16 {
+			return nil
+		}
+		body = body[16:]
+	}
+	if h.Flags&frame.FlagWarning != 0 {
+		if len(body) < 2 {
+			return nil
+		}
+		n := int(binary.BigEndian.Uint16(body))
+		body = body[2:]
+		for range n {
+			if len(body) < 2 || len(body) < 2+int(binary.BigEndian.Uint16(body)) {
+				return nil
+			}
+			body = body[2+int(binary.BigEndian.Uint16(body)):]
+		}
+	}
+	return skipRequestPrefix(body, h)
+}

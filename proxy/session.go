@@ -1,0 +1,420 @@
+package proxy
+
+// A session: one client connection and its upstream connection, the two
+// paths between them, and what they share.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// session is one client connection and its upstream connection.
+type session struct {
+	p        *Proxy
+	log      zerolog.Logger
+	client   net.Conn
+	upstream net.Conn
+
+	fromClient   *frame.Reader
+	fromUpstream *frame.Reader
+	// clientIn and upstreamIn hold the readers' buffers while bytes come.
+	clientIn   *lazyReader
+	upstreamIn *lazyReader
+	toClient   *writer
+	toUpstream *writer
+
+	upstreamRateLimit bool              // the upstream advertised the rate-limit error
+	handshake         chan bool         // v5: true once the upstream switched to segments
+	awaitingV5        atomic.Bool       // a v5 STARTUP waits for its answer
+	reqCompression    frame.Compression // the request path's own copy of compression
+
+	mu       sync.Mutex // guards what both paths use
+	streams  streams
+	draining bool
+	// room is signalled when a request is answered while the request path
+	// waits for one (full), or when the session closes (halted).
+	room           sync.Cond
+	full, halted   bool
+	compression    frame.Compression // negotiated in STARTUP
+	rateLimitOptIn bool              // the driver asked for the rate-limit error
+	// keyspace is the connection's keyspace, set by the response path from
+	// the upstream's answer to a USE and read by the request path.
+	keyspace atomic.Pointer[[]byte]
+
+	decomp frame.Decompressor // request path only
+	// decompHeld is what a decompressed body over 64 KiB holds of
+	// max_frame_bytes_total. Request path only.
+	decompHeld int
+	// heldLarge is set once the classifier or decomp may hold on to a
+	// request larger than largeFrame, which they must let go of before the
+	// connection idles. Request path only.
+	heldLarge   bool
+	class       classifier // request path only
+	reqScratch  []byte     // answers written by the request path
+	respScratch []byte     // answers written by the response path
+	rewritten   []byte     // requests the request path rewrote
+	guard       *stallGuard
+	// waitingForRoom is set while the response path waits for room in
+	// max_frame_bytes_total rather than for the upstream. (While it waits
+	// for the client, the client's writer holds bytes: see quiet.)
+	waitingForRoom atomic.Bool
+	closing        sync.Once
+	clientGone     atomic.Bool // the request path ended on the client's side
+	// stopped is set when the session closes, for a request path waiting
+	// on max_in_flight.
+	stopped atomic.Bool
+
+	// activity counts the upstream's frames, and requests that found none
+	// in flight: the watchdog takes a count unchanged over a tick, with
+	// requests in flight, for a tick of silence. Guarded by mu.
+	activity uint32
+	// lastActivity and quietTicks are the watchdog's own: the count it saw
+	// last and for how many ticks it has not changed.
+	lastActivity uint32
+	quietTicks   int
+	// stalled is set when the watchdog closed the upstream connection.
+	stalled atomic.Bool
+}
+
+func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
+	guard := &stallGuard{Conn: client, timeout: time.Duration(p.cfg.FrameTimeout)}
+	clientIn := newLazyReader(guard, &p.reads)
+	upstreamIn := u.in
+	s := &session{
+		p:                 p,
+		log:               log,
+		client:            client,
+		upstream:          u.conn,
+		fromClient:        frame.NewReader(clientIn.br, p.cfg.MaxFrameBytes),
+		fromUpstream:      frame.NewReader(upstreamIn.br, p.cfg.MaxFrameBytes),
+		clientIn:          clientIn,
+		upstreamIn:        upstreamIn,
+		toClient:          newBudgetWriter(client, p.cfg.MaxBufferedBytes, p.buffered),
+		toUpstream:        newBudgetWriter(u.conn, p.cfg.MaxBufferedBytes, p.buffered),
+		upstreamRateLimit: u.rateLimitError,
+		handshake:         make(chan bool, 1),
+	}
+	guard.frames = s.fromClient
+	s.guard = guard
+	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard})
+	s.fromUpstream.SetBudget(frameBudget{s, p.responseFrames, nil})
+	s.room.L = &s.mu
+	return s
+}
+
+// frameBudget is max_frame_bytes_total as one side of a session reads it.
+type frameBudget struct {
+	s     *session
+	b     *bound
+	guard *stallGuard // the client side's; nil for the upstream side
+}
+
+// errSessionClosed is the error of a frame budget's Take given up because
+// its session is closing.
+var errSessionClosed = fmt.Errorf("waiting for max_frame_bytes_total: %w", net.ErrClosed)
+
+// Take waits for room for a large frame. Its wait is the proxy's, not the
+// peer's: the client's frame_timeout starts again once there is room, and
+// the upstream is not taken for silent meanwhile (upstream_timeout).
+func (b frameBudget) Take(n int) error {
+	if b.guard == nil {
+		b.s.waitingForRoom.Store(true)
+		defer b.s.waitingForRoom.Store(false)
+	}
+	if !b.b.take(int64(n), &b.s.stopped, nil) {
+		return errSessionClosed
+	}
+	if b.guard != nil {
+		b.guard.rearm()
+	}
+	return nil
+}
+
+func (b frameBudget) Give(n int) { b.b.give(n) }
+
+// stallGuard is a client connection as the request path reads it: once a
+// frame has begun to arrive, the rest must come within timeout, else the
+// read fails and the connection ends. Waiting for the next frame is not
+// bounded: drivers keep idle connections open.
+type stallGuard struct {
+	net.Conn
+	frames  *frame.Reader // reads through the guard
+	timeout time.Duration
+	armed   bool // a read deadline is set
+}
+
+// rearm makes the next read of a started frame set a fresh deadline.
+func (g *stallGuard) rearm() {
+	if g.armed {
+		g.Conn.SetReadDeadline(time.Time{})
+		g.armed = false
+	}
+}
+
+func (g *stallGuard) Read(b []byte) (int, error) {
+	// The deadline is set when a frame starts, not pushed back on each
+	// read: a client trickling a byte at a time gets no longer.
+	switch started := g.frames.Started(); {
+	case started && !g.armed:
+		g.Conn.SetReadDeadline(time.Now().Add(g.timeout))
+		g.armed = true
+	case !started && g.armed:
+		g.Conn.SetReadDeadline(time.Time{})
+		g.armed = false
+	}
+	return g.Conn.Read(b)
+}
+
+// run serves the session until either side closes.
+func (s *session) run() {
+	defer s.giveBack()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := s.serveResponses()
+		if errors.Is(err, errClientGone) {
+			// The client left while its answers were being written: it
+			// may be noticed here before the request path sees it.
+			s.clientGone.Store(true)
+			s.logEnd("client", err)
+		} else {
+			s.logEnd("upstream", err)
+		}
+		if !s.clientGone.Load() {
+			// The upstream failed, not the client: every request it took
+			// and did not answer gets an error rather than silence.
+			s.failInFlight(err)
+		} else {
+			s.abandonInFlight()
+		}
+		// Deliver the answers already queued before closing, but do not
+		// wait long on a client that does not read.
+		s.client.SetWriteDeadline(time.Now().Add(flushTimeout))
+		s.toClient.Close()
+		s.close()
+	}()
+	err := s.serveRequests()
+	s.logEnd("client", err)
+	if errors.Is(err, errForward) {
+		// The upstream failed under the request path: the response path
+		// answers what is in flight, then closes both sides.
+		s.upstream.Close()
+		<-done
+		s.toUpstream.Close()
+		return
+	}
+	s.clientGone.Store(true)
+	// An answer to the last frame (a version the proxy does not speak) must
+	// reach the client before the connection closes.
+	s.client.SetWriteDeadline(time.Now().Add(flushTimeout))
+	s.toClient.Flush()
+	s.close()
+	s.toUpstream.Close()
+	<-done
+}
+
+// giveBack returns to max_in_flight the slots of requests still in flight
+// when the session ends: requests of a client that left, or that began
+// after failInFlight. Both paths have stopped (run's last step).
+func (s *session) giveBack() {
+	s.mu.Lock()
+	n := s.streams.inflight
+	s.streams.inflight = 0
+	s.mu.Unlock()
+	s.p.inflight.give(n)
+	s.fromClient.Release()
+	s.fromUpstream.Release()
+	s.giveDecompressed()
+}
+
+// quiet is called by the watchdog on each tick; it returns for how many
+// ticks in a row the upstream has sent nothing while requests waited.
+func (s *session) quiet() int {
+	s.mu.Lock()
+	busy, activity := s.streams.inflight > 0, s.activity
+	s.mu.Unlock()
+	// A response path waiting on the client (its writer holds bytes) or
+	// on max_frame_bytes_total is not waiting on the upstream.
+	waitingElsewhere := s.toClient.held.Load() > 0 || s.waitingForRoom.Load()
+	if !busy || activity != s.lastActivity || waitingElsewhere {
+		s.lastActivity, s.quietTicks = activity, 0
+		return 0
+	}
+	s.quietTicks++
+	return s.quietTicks
+}
+
+// upstreamStalled closes the upstream connection of a session whose
+// upstream has sent nothing for timeout with requests waiting: the response
+// path then ends, and failInFlight answers each request.
+func (s *session) upstreamStalled(timeout time.Duration) {
+	if s.stalled.Swap(true) {
+		return
+	}
+	s.log.Warn().Dur("upstream_timeout", timeout).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
+	s.upstream.Close()
+}
+
+// largeFrame is the size past which a request is not kept alive by an
+// idle connection (see classifier.release), as frame.Reader does not keep
+// the buffers of frames past 64 KiB.
+const largeFrame = 64 << 10
+
+// negotiating reports whether a frame's version byte is one a driver asks
+// for while negotiating: a CQL version (1 to 6 are known, up to 15
+// allowed for) or one of DataStax Enterprise's (65, 66).
+func negotiating(v uint8) bool {
+	return v >= 1 && v <= 15 || v == 65 || v == 66
+}
+
+// errVersionRefused ends a connection whose client asked for a protocol
+// version the proxy does not speak, once it has been told so.
+var errVersionRefused = errors.New("protocol version refused")
+
+// errClientGone wraps the response path's failures to write to the
+// client: the client left, which is no fault of the upstream's.
+var errClientGone = errors.New("client connection")
+
+// errForward wraps the request path's errors that come from the upstream
+// side, after which the client is still there to be answered.
+var errForward = errors.New("forwarding")
+
+// flushTimeout bounds writing what is queued for a closing connection.
+const flushTimeout = 5 * time.Second
+
+func (s *session) logEnd(side string, err error) {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errWriterClosed) || errors.Is(err, errVersionRefused) {
+		s.log.Debug().Str("side", side).Msg("connection closed")
+		return
+	}
+	s.log.Info().Str("side", side).Err(err).Msg("connection ended")
+}
+
+// close closes both sockets, ending both loops.
+func (s *session) close() {
+	s.closing.Do(func() {
+		s.mu.Lock()
+		s.halted = true
+		s.room.Broadcast()
+		s.mu.Unlock()
+		s.stopped.Store(true)
+		s.p.inflight.wake()
+		s.p.requestFrames.wake()
+		s.p.responseFrames.wake()
+		s.client.Close()
+		s.upstream.Close()
+	})
+}
+
+// failInFlight answers every request still in flight with a server error
+// naming err, after the upstream connection ended: the requests may or may
+// not have been applied, which a driver's retry policy must know. It is
+// called once the response path has stopped.
+func (s *session) failInFlight(err error) {
+	type stream struct {
+		id      int16
+		version uint8
+	}
+	var lost []stream
+	s.mu.Lock()
+	s.streams.each(func(id int16, r request) { lost = append(lost, stream{id, r.version}) })
+	for _, l := range lost {
+		s.streams.end(l.id)
+	}
+	s.wakeRequests()
+	s.mu.Unlock()
+	s.p.inflight.give(len(lost))
+	if len(lost) == 0 {
+		return
+	}
+	reason := "upstream_lost"
+	msg := "cqlguard: the connection to the upstream node was lost before it answered; the request may or may not have been applied"
+	if s.stalled.Load() {
+		reason = "upstream_stalled"
+		msg = fmt.Sprintf("cqlguard: the upstream node sent nothing for %s (upstream_timeout) while requests waited; the request may or may not have been applied",
+			time.Duration(s.p.cfg.UpstreamTimeout))
+	}
+	s.p.metrics.protocolErrors.WithLabelValues(reason).Add(float64(len(lost)))
+	s.log.Warn().Int("requests", len(lost)).Str("reason", reason).Err(err).Msg("upstream connection ended with requests in flight; answering them with a server error")
+	for _, l := range lost {
+		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
+	}
+}
+
+// abandonInFlight counts the requests in flight when the client left:
+// nobody is left to answer, and the upstream is not at fault. It is called
+// once the response path has stopped; giveBack returns their slots.
+func (s *session) abandonInFlight() {
+	s.mu.Lock()
+	n := s.streams.inflight
+	s.mu.Unlock()
+	if n > 0 {
+		s.p.metrics.abandoned.Add(float64(n))
+		s.log.Debug().Int("requests", n).Msg("client left with requests in flight")
+	}
+}
+
+// wakeRequests lets the request path read again if it stopped at
+// max_in_flight_per_connection. s.mu is held.
+func (s *session) wakeRequests() {
+	if s.full {
+		s.full = false
+		s.room.Signal()
+	}
+}
+
+// drain closes the session as soon as no request is in flight.
+func (s *session) drain() {
+	s.mu.Lock()
+	s.draining = true
+	idle := s.streams.inflight == 0
+	s.mu.Unlock()
+	if idle {
+		s.close()
+	}
+}
+
+// answerUnprepared tells the driver to prepare statement id again.
+func (s *session) answerUnprepared(h frame.Header, id []byte) {
+	const msg = "cqlguard: prepared statement not known to the proxy; prepare it again"
+	s.reqScratch = frame.AppendUnprepared(s.reqScratch[:0], h.Version, h.Stream, msg, id)
+	s.reply(s.reqScratch)
+}
+
+// answer sends the client an ERROR on stream, in place of a response from
+// the upstream. buf is the calling path's scratch buffer.
+func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg string) {
+	if v < 3 || v > 5 {
+		v = 4
+	}
+	*buf = frame.AppendError((*buf)[:0], v, stream, code, msg)
+	s.reply(*buf)
+}
+
+// reply writes an answer the proxy made itself to the client, counted in
+// cqlguard_frames_total like the answers it forwards.
+func (s *session) reply(f []byte) {
+	s.p.metrics.frame(dirResponse, frame.Opcode(f[4]), len(f))
+	if err := s.toClient.Write(f); err != nil {
+		s.log.Debug().Err(err).Msg("cannot answer client")
+	}
+}
+
+// refuseVersion answers a frame of a protocol version cqlguard does not
+// speak the way Cassandra does, so that the driver retries with a lower one.
+func (s *session) refuseVersion(e *frame.UnsupportedVersionError) {
+	b := versionError(e)
+	s.p.metrics.frame(dirResponse, frame.OpError, len(b))
+	s.toClient.Write(b)
+}
+
+func (s *session) now() int64 { return s.p.elapsed() }
