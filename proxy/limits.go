@@ -5,9 +5,10 @@ import (
 	"math"
 	"strconv"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
-	"gopkg.in/yaml.v3"
 )
 
 // limits are the per-partition limits of a LimitsConfig, resolved for the
