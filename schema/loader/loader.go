@@ -13,6 +13,7 @@ import (
 	"slices"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
 	"github.com/cqlguard/cqlguard/schema"
 )
 

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cqlguard/cqlguard/schema"
 	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/schema"
 )
 
 // fakeRows replays rows through Scan the way *gocql.Iter does.

@@ -6,8 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cqlguard/cqlguard/schema"
 	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/schema"
 )
 
 // Source gives snapshots of the schema; *Loader is one.
