@@ -19,8 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
 	"github.com/cqlguard/cqlguard/test/bench/load"
-	"github.com/cqlguard/cqlguard/test/bench/plot"
 )
 
 // goodput runs the goodput experiment against a real node: a uniform read
@@ -292,43 +295,72 @@ func (r goodputResult) write(w io.Writer, g *goodput) {
 }
 
 // plot draws the uniform loader's goodput and the hot loader's accepted
-// rate per second, with the phases marked.
+// rate per second, with the phases marked, into g.out as a PNG.
 func (g *goodput) plot(seconds []load.Second) error {
-	var uniform, hot plot.Series
-	uniform.Name, uniform.Color = "uniform reads: goodput (succeeded/s)", color.RGBA{0x1f, 0x77, 0xb4, 0xff}
-	hot.Name, hot.Color = "hot partition "+g.hotOp+"s: accepted/s", color.RGBA{0xd6, 0x27, 0x28, 0xff}
+	var uniform, hot plotter.XYs
 	for _, s := range seconds {
 		if len(s.Loaders) < 2 {
 			continue
 		}
 		t, secs := s.T.Seconds(), s.Length.Seconds()
-		uniform.X, uniform.Y = append(uniform.X, t), append(uniform.Y, float64(s.Loaders[0].Succeeded)/secs)
-		hot.X, hot.Y = append(hot.X, t), append(hot.Y, float64(s.Loaders[1].Succeeded)/secs)
+		uniform = append(uniform, plotter.XY{X: t, Y: float64(s.Loaders[0].Succeeded) / secs})
+		hot = append(hot, plotter.XY{X: t, Y: float64(s.Loaders[1].Succeeded) / secs})
 	}
-	if len(uniform.X) == 0 {
+	if len(uniform) == 0 {
 		return errors.New("goodput: no seconds to plot")
 	}
-	c := plot.Chart{
-		Title:  fmt.Sprintf("cqlguard goodput: uniform reads beside a hot partition (limit %d %ss/s)", g.limit, g.hotOp),
-		XLabel: "seconds", YLabel: "requests/s",
-		Series: []plot.Series{uniform, hot},
-		Markers: []plot.Marker{
-			{X: (g.warmup + g.phase).Seconds(), Label: "hot loader starts"},
-			{X: (g.warmup + 2*g.phase).Seconds(), Label: "limit on (reload)"},
-		},
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("cqlguard goodput: uniform reads beside a hot partition (limit %d %ss/s)", g.limit, g.hotOp)
+	p.X.Label.Text, p.Y.Label.Text = "seconds", "requests/s"
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	top := 0.0
+	for _, series := range []struct {
+		name  string
+		xys   plotter.XYs
+		color color.RGBA
+	}{
+		{"uniform reads: goodput (succeeded/s)", uniform, color.RGBA{0x1f, 0x77, 0xb4, 0xff}},
+		{"hot partition " + g.hotOp + "s: accepted/s", hot, color.RGBA{0xd6, 0x27, 0x28, 0xff}},
+	} {
+		line, err := plotter.NewLine(series.xys)
+		if err != nil {
+			return fmt.Errorf("goodput: %s: %w", series.name, err)
+		}
+		line.Color, line.Width = series.color, vg.Points(1.5)
+		p.Add(line)
+		p.Legend.Add(series.name, line)
+		for _, xy := range series.xys {
+			top = max(top, xy.Y)
+		}
 	}
+	// Room above the lines for the legend, and below it for the phases'
+	// labels.
+	p.Y.Max = top * 1.4
+	for _, m := range []struct {
+		at    time.Duration
+		label string
+	}{{g.warmup + g.phase, "hot loader starts"}, {g.warmup + 2*g.phase, "limit on (reload)"}} {
+		x := m.at.Seconds()
+		mark, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: p.Y.Max}})
+		if err != nil {
+			return err
+		}
+		mark.Color, mark.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(4), vg.Points(3)}
+		labels, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: x, Y: top * 1.12}}, Labels: []string{" " + m.label}})
+		if err != nil {
+			return err
+		}
+		p.Add(mark, labels)
+	}
+	p.Legend.Top = true
 	if err := os.MkdirAll(filepath.Dir(g.out), 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(g.out)
-	if err != nil {
-		return err
-	}
-	if err := c.WritePNG(f); err != nil {
-		f.Close()
+	if err := p.Save(10*vg.Inch, 5*vg.Inch, g.out); err != nil {
 		return fmt.Errorf("writing %s: %w", g.out, err)
 	}
-	return f.Close()
+	return nil
 }
 
 // pin gives the node the last CPU and this process, with cqlguard and the
