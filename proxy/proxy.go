@@ -158,26 +158,29 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 		p.schema, p.stopBg = s, stop
 	}
 	p.topo.onSchemaChange = p.schema.Refresh
-	if d := time.Duration(cfg.UpstreamTimeout); d > 0 {
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			p.watchUpstreams(d, stop)
-		}()
-		stopSchema := p.stopBg
-		p.stopBg = func() {
-			close(stop)
-			<-done
-			stopSchema()
-		}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.watchSessions(time.Duration(cfg.UpstreamTimeout), stop)
+	}()
+	stopSchema := p.stopBg
+	p.stopBg = func() {
+		close(stop)
+		<-done
+		stopSchema()
 	}
 	return p, nil
 }
 
-// watchUpstreams closes the upstream connection of each session whose
-// upstream has sent nothing for timeout while requests wait for it, until
-// stop is closed.
+// tidyEvery is how often an idle session gives back a stream table a burst
+// grew, when upstream_timeout does not tick more often.
+const tidyEvery = 10 * time.Second
+
+// watchSessions closes the upstream connection of each session whose
+// upstream has sent nothing for timeout (0: never) while requests wait for
+// it, and has idle sessions give back stream tables that bursts grew,
+// until stop is closed.
 //
 // It is one ticker for the whole proxy rather than a timer per session: a
 // session's timer would be armed when a request finds none in flight and
@@ -188,9 +191,13 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 // Counting ticks instead of reading a clock keeps the watchdog off the
 // request timestamps, which tests stop. A stall is seen between timeout
 // and timeout plus a quarter of it after the upstream's last frame.
-func (p *Proxy) watchUpstreams(timeout time.Duration, stop <-chan struct{}) {
+func (p *Proxy) watchSessions(timeout time.Duration, stop <-chan struct{}) {
 	const ticks = 4
-	t := time.NewTicker(max(timeout/ticks, time.Millisecond))
+	every := tidyEvery
+	if timeout > 0 {
+		every = min(max(timeout/ticks, time.Millisecond), tidyEvery)
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	var stalled []*session
 	for {
@@ -201,7 +208,7 @@ func (p *Proxy) watchUpstreams(timeout time.Duration, stop <-chan struct{}) {
 		}
 		p.mu.Lock()
 		for s := range p.sessions {
-			if s.quiet() >= ticks {
+			if s.tick(timeout > 0) >= ticks {
 				stalled = append(stalled, s)
 			}
 		}

@@ -236,12 +236,17 @@ func (s *session) giveBack() {
 	s.giveDecompressed()
 }
 
-// quiet is called by the watchdog on each tick; it returns for how many
-// ticks in a row the upstream has sent nothing while requests waited.
-func (s *session) quiet() int {
+// tick is called by the watchdog on each tick. An idle session gives back
+// a stream table that a burst grew. With watch set, it returns for how
+// many ticks in a row the upstream has sent nothing while requests waited.
+func (s *session) tick(watch bool) int {
 	s.mu.Lock()
+	s.streams.shrinkIdle()
 	busy, activity := s.streams.inflight > 0, s.activity
 	s.mu.Unlock()
+	if !watch {
+		return 0
+	}
 	// A response path waiting on the client (its writer holds bytes) or
 	// on max_frame_bytes_total is not waiting on the upstream.
 	waitingElsewhere := s.toClient.held.Load() > 0 || s.waitingForRoom.Load()

@@ -39,6 +39,10 @@ type request struct {
 type streams struct {
 	slots    []streamSlot // len is a power of two, or 0
 	inflight int
+	// peak is the most in flight since nothing last was: a table four
+	// times what the last burst needed is given back when it ends, one
+	// that bursts keep needing is not (allocating for every burst).
+	peak int
 }
 
 type streamSlot struct {
@@ -50,9 +54,10 @@ type streamSlot struct {
 const (
 	// streamsMinSlots is the table's first size.
 	streamsMinSlots = 16
-	// streamsKeptIdle is the largest table kept once nothing is in flight;
-	// a larger one, grown by a burst, is dropped, so that bursts of up to
-	// half of it never allocate.
+	// streamsKeptIdle is the largest table an idle connection keeps: a
+	// larger one, grown by a burst, is dropped once a burst ends needing a
+	// quarter of it or less, or when the watchdog finds nothing in flight
+	// (shrinkIdle).
 	streamsKeptIdle = 64
 )
 
@@ -100,6 +105,7 @@ func (s *streams) begin(id int16, r request) bool {
 	}
 	s.slots[i] = streamSlot{used: true, id: id, r: r}
 	s.inflight++
+	s.peak = max(s.peak, s.inflight)
 	return true
 }
 
@@ -128,10 +134,21 @@ func (s *streams) end(id int16) (request, bool) {
 	r := s.slots[i].r
 	s.remove(i)
 	s.inflight--
+	if s.inflight == 0 {
+		if len(s.slots) > streamsKeptIdle && 4*s.peak <= len(s.slots) {
+			s.slots = nil
+		}
+		s.peak = 0
+	}
+	return r, true
+}
+
+// shrinkIdle drops a table larger than an idle connection keeps, if
+// nothing is in flight.
+func (s *streams) shrinkIdle() {
 	if s.inflight == 0 && len(s.slots) > streamsKeptIdle {
 		s.slots = nil
 	}
-	return r, true
 }
 
 // remove empties slot i, moving back the entries of its probe run that

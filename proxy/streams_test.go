@@ -119,6 +119,9 @@ func TestStreamsMemoryFollowsInFlight(t *testing.T) {
 					s.end(int16(id))
 				}
 			}
+			// Bursts that keep needing the table keep it until the
+			// watchdog finds the connection idle.
+			s.shrinkIdle()
 			idle := len(s.slots) * slot
 			t.Logf("%d in flight: %d slots at most, %d B kept idle", tc.inFlight, peak, idle)
 			if idle > streamsKeptIdle*slot {
@@ -128,5 +131,29 @@ func TestStreamsMemoryFollowsInFlight(t *testing.T) {
 				t.Errorf("%d in flight took %d slots", tc.inFlight, peak)
 			}
 		})
+	}
+}
+
+// Steady bursts keep their table, so that a pipelining client does not
+// make the proxy allocate for every burst; a burst far larger than what
+// follows is given back when a later, small one ends.
+func TestStreamsBurstsDoNotAllocate(t *testing.T) {
+	var s streams
+	burst := func(n int) {
+		for id := range n {
+			s.begin(int16(id), request{})
+		}
+		for id := range n {
+			s.end(int16(id))
+		}
+	}
+	burst(64)
+	if n := testing.AllocsPerRun(100, func() { burst(64) }); n != 0 {
+		t.Errorf("bursts of 64: %v allocations each", n)
+	}
+	burst(2048)
+	burst(1)
+	if len(s.slots) > streamsKeptIdle {
+		t.Errorf("after a burst of 2048 and one of 1: %d slots kept", len(s.slots))
 	}
 }
