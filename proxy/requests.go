@@ -210,6 +210,11 @@ func (s *session) badStream(id int16) (reason, msg string) {
 	if id < 0 {
 		return "negative_stream", fmt.Sprintf("request on stream %d: negative stream ids are the server's", id)
 	}
+	if !s.streams.any.Load() {
+		// Nothing in flight: no lock to take, as for a client whose
+		// requests are all refused.
+		return "", ""
+	}
 	s.mu.Lock()
 	busy := s.streams.busy(id)
 	s.mu.Unlock()

@@ -1,5 +1,7 @@
 package proxy
 
+import "sync/atomic"
+
 // reply says what the response to a request needs besides forwarding.
 type reply uint8
 
@@ -43,6 +45,10 @@ type streams struct {
 	// times what the last burst needed is given back when it ends, one
 	// that bursts keep needing is not (allocating for every burst).
 	peak int
+	// any is set while a request is in flight. The request path reads it
+	// without the lock: only it begins requests, so when it reads false
+	// no stream is busy.
+	any atomic.Bool
 }
 
 type streamSlot struct {
@@ -106,6 +112,7 @@ func (s *streams) begin(id int16, r request) bool {
 	s.slots[i] = streamSlot{used: true, id: id, r: r}
 	s.inflight++
 	s.peak = max(s.peak, s.inflight)
+	s.any.Store(true)
 	return true
 }
 
@@ -135,6 +142,7 @@ func (s *streams) end(id int16) (request, bool) {
 	s.remove(i)
 	s.inflight--
 	if s.inflight == 0 {
+		s.any.Store(false)
 		if len(s.slots) > streamsKeptIdle && 4*s.peak <= len(s.slots) {
 			s.slots = nil
 		}
