@@ -3,12 +3,17 @@ package proxy
 import (
 	"bufio"
 	"encoding/binary"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
 // echoUpstream answers OPTIONS with an empty SUPPORTED and every other
@@ -125,4 +130,51 @@ func startBenchProxy(b *testing.B, cfg Config) *Proxy {
 	go p.Serve(ln)
 	b.Cleanup(func() { ln.Close() })
 	return p
+}
+
+// BenchmarkGocqlThroughput runs a real driver's load through the proxy:
+// gocql, 2 connections, 32 goroutines each running one query after
+// another, simple (QUERY) and prepared (EXECUTE) in turn, against the fake
+// node. It reports requests per second; compare with -run xxx -bench
+// GocqlThroughput/direct for the same load without the proxy.
+func BenchmarkGocqlThroughput(b *testing.B) {
+	node, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(node.Close)
+	cfg := DefaultConfig()
+	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{node.Addr()}, ""
+	_, addr := serveProxy(b, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(b)}))
+	for _, tc := range []struct{ name, host string }{{"direct", node.Addr()}, {"cqlguard", addr}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cluster := gocql.NewCluster(tc.host)
+			cluster.ProtoVersion, cluster.NumConns = 4, 2
+			cluster.Timeout = 10 * time.Second
+			s, err := cluster.CreateSession()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var n atomic.Int64
+			b.SetParallelism(16) // 32 goroutines on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					var err error
+					if i%2 == 0 {
+						err = s.Query("SELECT v FROM ks.kv WHERE k = ?", fmt.Sprint(i)).Exec() // the fake node takes text
+					} else {
+						err = s.Query("SELECT v FROM ks.kv WHERE k = 1").Exec()
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+		})
+	}
 }
