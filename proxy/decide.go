@@ -122,17 +122,17 @@ func labelOf(t *schema.Table, op Op) ratelimit.Label {
 	return ratelimit.Label(l)
 }
 
-// answerRateLimited answers a refused request on its own stream, so that
-// it never reaches the upstream: with ScyllaDB's rate-limit error when the
-// driver opted in, else with Config_error, which drivers do not retry. The
-// message is ScyllaDB's wording.
-func (s *session) answerRateLimited(h frame.Header, r rejection) {
+// rateLimited returns the answer to a refused request, on its own stream,
+// so that it never reaches the upstream: ScyllaDB's rate-limit error for a
+// driver that opted in, else Config_error, which drivers do not retry, in
+// ScyllaDB's words (frame.AppendRateLimited); or, for a request over
+// limits.max_partitions_per_request, Invalid naming the setting.
+func (s *session) rateLimited(h frame.Header, r rejection) []byte {
 	if r.tooMany > 0 {
-		s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeInvalid,
+		return s.refusal(h, frame.ErrCodeInvalid,
 			fmt.Sprintf("cqlguard: the request touches more than %d partitions of %s.%s, which has a per-partition limit (limits.max_partitions_per_request); split it",
-				r.tooMany, r.table.Keyspace, r.table.Name))
-		return
+				r.tooMany, r.table.Keyspace, r.table.Name)).answer
 	}
 	s.reqScratch = frame.AppendRateLimited(s.reqScratch[:0], h.Version, h.Stream, s.rateLimitOptIn, r.op == OpWrite, r.table.Keyspace, r.table.Name)
-	s.reply(s.reqScratch)
+	return s.reqScratch
 }

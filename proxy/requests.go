@@ -14,7 +14,9 @@ import (
 )
 
 // serveRequests is the request path: it reads each frame from the client,
-// classifies it, decides, and forwards it upstream or answers it.
+// has handle say what to do with it, and forwards it upstream or answers
+// it. What is here is the transport's: buffers, budgets, the stream table,
+// back-pressure and the v5 switch.
 func (s *session) serveRequests() error {
 	m := s.p.metrics
 	for {
@@ -80,83 +82,12 @@ func (s *session) serveRequests() error {
 		s.guard.rearm()
 		m.frame(dirRequest, h.Opcode, len(f))
 		s.heldLarge = s.heldLarge || len(f) > largeFrame
-		if h.Response {
-			m.protocolErrors.WithLabelValues("response_from_client").Inc()
-			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request frame with the response bit set")
-			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "frame from client has the response bit set")
+		act := s.handle(f, h, s.now())
+		if act.answer != nil {
+			s.reply(act.answer)
 			continue
 		}
-
-		// A stream id names one request until its answer. A negative id is
-		// the server's (events), and a second request on an id in flight
-		// would take the first one's answer, or its place in the stream
-		// table: both are refused before anything else is done with them,
-		// so that they change nothing the proxy shares.
-		if reason, msg := s.badStream(h.Stream); reason != "" {
-			m.protocolErrors.WithLabelValues(reason).Inc()
-			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg(msg)
-			s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, "cqlguard: "+msg)
-			continue
-		}
-
-		// Classify: what the proxy must do with the response, and which
-		// tables, operation and partitions the request touches.
-		req := request{start: s.now(), version: h.Version}
-		var class *Classification
-		switch h.Opcode {
-		case frame.OpStartup:
-			if f, err = s.startup(f, h); err != nil {
-				m.protocolErrors.WithLabelValues("bad_startup").Inc()
-				s.log.Info().Err(err).Msg("STARTUP refused")
-				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
-				continue
-			}
-			req.reply = replyStartup
-			s.awaitingV5.Store(h.Version >= 5)
-		case frame.OpOptions:
-			req.reply = replySupported
-		case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
-			var unknown []byte
-			class, unknown = s.classify(f, h, &req)
-			// A statement the proxy has not seen prepared (prepared before
-			// the proxy started, or forgotten) cannot be classified: the
-			// driver is told to prepare it again, through the proxy.
-			if unknown != nil {
-				m.protocolErrors.WithLabelValues("unprepared").Inc()
-				s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Hex("id", unknown).Msg("statement not prepared through the proxy; answered Unprepared")
-				s.answerUnprepared(h, unknown)
-				continue
-			}
-		default:
-			// The upstream answers what it does not know in its own words;
-			// the proxy only notes it.
-			if !h.Opcode.Valid() {
-				m.protocolErrors.WithLabelValues("unknown_opcode").Inc()
-				s.log.Info().Int16("stream", h.Stream).Uint8("opcode", uint8(h.Opcode)).Msg("unknown opcode; forwarded for the upstream to answer")
-			}
-		}
-
-		// A driver that takes cqlguard for ScyllaDB, because it advertises
-		// ScyllaDB's rate-limit error, may add ScyllaDB's USING TIMEOUT to
-		// its queries of the system tables (ScyllaDB's Rust driver does),
-		// which Cassandra refuses as a syntax error.
-		internal := class != nil && class.Internal || h.Opcode == frame.OpPrepare && req.prepared != nil && req.prepared.internal
-		if internal && !s.upstreamRateLimit {
-			f = s.dropUsingTimeout(f, h)
-		}
-
-		// Decide: a request over its partition's limit is answered here
-		// and never costs the upstream anything.
-		if class != nil {
-			req.ddl = class.Op == OpNone && !class.Internal
-			if s.p.observe != nil {
-				s.p.observe(class)
-			}
-			if r, reject := s.decide(class, s.p.epochUnix+req.start); reject {
-				s.answerRateLimited(h, r)
-				continue
-			}
-		}
+		f, req := act.forward, act.req
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
 		// more is read from this client until some request is answered.
@@ -329,7 +260,9 @@ func (s *session) decompress(body []byte, n int) ([]byte, error) {
 		return nil, err
 	}
 	if size > largeFrame && size > s.decompHeld {
-		s.fromClient.Release()
+		if s.fromClient != nil { // nil where a test calls the handler alone
+			s.fromClient.Release()
+		}
 		s.giveDecompressed()
 		share := max(size, n)
 		if !s.p.requestFrames.take(int64(share), &s.stopped, nil) {

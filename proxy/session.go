@@ -388,13 +388,6 @@ func (s *session) drain() {
 	}
 }
 
-// answerUnprepared tells the driver to prepare statement id again.
-func (s *session) answerUnprepared(h frame.Header, id []byte) {
-	const msg = "cqlguard: prepared statement not known to the proxy; prepare it again"
-	s.reqScratch = frame.AppendUnprepared(s.reqScratch[:0], h.Version, h.Stream, msg, id)
-	s.reply(s.reqScratch)
-}
-
 // answer sends the client an ERROR on stream, in place of a response from
 // the upstream. buf is the calling path's scratch buffer.
 func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg string) {

@@ -1,0 +1,117 @@
+package proxy
+
+// The handler: what to do with one request frame, decided with no socket in
+// sight (see handle).
+
+import (
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// action is what the request path does with a request frame: forward it
+// (perhaps rewritten), remembering req until its answer, or answer it.
+type action struct {
+	// answer, when not nil, is the frame to answer the client with, in
+	// the session's scratch space; nothing is forwarded.
+	answer []byte
+	// forward is the frame to forward upstream, and req what its answer
+	// will need.
+	forward []byte
+	req     request
+}
+
+// handle decides what to do with request frame f, whose header is h,
+// arriving at now (the proxy's monotonic nanoseconds): refuse it (a
+// response bit, a stream id that cannot take a request, a STARTUP it cannot
+// read, a statement it has not seen prepared, a partition over its limit),
+// or forward it, with what its answer will need. It writes to no socket:
+// the request path does what it says. Frames it refuses are answered, not
+// dropped, so a driver's request never waits for nothing.
+func (s *session) handle(f []byte, h frame.Header, now int64) action {
+	m := s.p.metrics
+	if h.Response {
+		m.protocolErrors.WithLabelValues("response_from_client").Inc()
+		s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request frame with the response bit set")
+		return s.refusal(h, frame.ErrCodeProtocol, "frame from client has the response bit set")
+	}
+
+	// A stream id names one request until its answer. A negative id is the
+	// server's (events), and a second request on an id in flight would take
+	// the first one's answer, or its place in the stream table: both are
+	// refused before anything else is done with them, so that they change
+	// nothing the proxy shares.
+	if reason, msg := s.badStream(h.Stream); reason != "" {
+		m.protocolErrors.WithLabelValues(reason).Inc()
+		s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg(msg)
+		return s.refusal(h, frame.ErrCodeProtocol, "cqlguard: "+msg)
+	}
+
+	// Classify: what the proxy must do with the response, and which tables,
+	// operation and partitions the request touches.
+	req := request{start: now, version: h.Version}
+	var class *Classification
+	switch h.Opcode {
+	case frame.OpStartup:
+		var err error
+		if f, err = s.startup(f, h); err != nil {
+			m.protocolErrors.WithLabelValues("bad_startup").Inc()
+			s.log.Info().Err(err).Msg("STARTUP refused")
+			return s.refusal(h, frame.ErrCodeProtocol, err.Error())
+		}
+		req.reply = replyStartup
+		s.awaitingV5.Store(h.Version >= 5)
+	case frame.OpOptions:
+		req.reply = replySupported
+	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
+		var unknown []byte
+		class, unknown = s.classify(f, h, &req)
+		// A statement the proxy has not seen prepared (prepared before the
+		// proxy started, or forgotten) cannot be classified: the driver is
+		// told to prepare it again, through the proxy.
+		if unknown != nil {
+			m.protocolErrors.WithLabelValues("unprepared").Inc()
+			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Hex("id", unknown).Msg("statement not prepared through the proxy; answered Unprepared")
+			const msg = "cqlguard: prepared statement not known to the proxy; prepare it again"
+			s.reqScratch = frame.AppendUnprepared(s.reqScratch[:0], h.Version, h.Stream, msg, unknown)
+			return action{answer: s.reqScratch}
+		}
+	default:
+		// The upstream answers what it does not know in its own words; the
+		// proxy only notes it.
+		if !h.Opcode.Valid() {
+			m.protocolErrors.WithLabelValues("unknown_opcode").Inc()
+			s.log.Info().Int16("stream", h.Stream).Uint8("opcode", uint8(h.Opcode)).Msg("unknown opcode; forwarded for the upstream to answer")
+		}
+	}
+
+	// A driver that takes cqlguard for ScyllaDB, because it advertises
+	// ScyllaDB's rate-limit error, may add ScyllaDB's USING TIMEOUT to its
+	// queries of the system tables (ScyllaDB's Rust driver does), which
+	// Cassandra refuses as a syntax error.
+	internal := class != nil && class.Internal || h.Opcode == frame.OpPrepare && req.prepared != nil && req.prepared.internal
+	if internal && !s.upstreamRateLimit {
+		f = s.dropUsingTimeout(f, h)
+	}
+
+	// Decide: a request over its partition's limit is answered here and
+	// never costs the upstream anything.
+	if class != nil {
+		req.ddl = class.Op == OpNone && !class.Internal
+		if s.p.observe != nil {
+			s.p.observe(class)
+		}
+		if r, reject := s.decide(class, s.p.epochUnix+now); reject {
+			return action{answer: s.rateLimited(h, r)}
+		}
+	}
+	return action{forward: f, req: req}
+}
+
+// refusal is the action of answering h's stream with an ERROR of code.
+func (s *session) refusal(h frame.Header, code int32, msg string) action {
+	v := h.Version
+	if v < 3 || v > 5 {
+		v = 4
+	}
+	s.reqScratch = frame.AppendError(s.reqScratch[:0], v, h.Stream, code, msg)
+	return action{answer: s.reqScratch}
+}
