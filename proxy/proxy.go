@@ -2,8 +2,12 @@
 // an upstream Cassandra or ScyllaDB node, keeping drivers on the proxy by
 // rewriting what they learn of the cluster.
 //
-// The request path is session.serveRequests: read frame → classify →
-// decide → forward (or answer). The response path is session.serveResponses.
+// The request path is session.serveRequests (requests.go): read a frame,
+// have session.handle (handler.go) say what to do with it — classify,
+// decide, forward or answer, with no socket in sight — and do it. The
+// response path is session.serveResponses (responses.go). A session's life
+// and what its two paths share are in session.go; the Proxy, which accepts
+// connections and pairs each with an upstream connection, is here.
 package proxy
 
 import (
