@@ -19,15 +19,16 @@ import (
 // A client that sends half a frame and stalls is disconnected after
 // frame_timeout; one that idles between frames for longer is not.
 func TestFrameTimeout(t *testing.T) {
-	fakeNode(t, "127.0.0.7:19072", fakenode.Options{})
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19072", []string{"127.0.0.7:19072"}
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	_, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.FrameTimeout = Duration(300 * time.Millisecond)
 	})
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 7, Opcode: frame.OpOptions})
 
-	idle := rawConn(t, "127.0.0.8:19072")
-	stalled := rawConn(t, "127.0.0.8:19072")
+	idle := rawConn(t, addr)
+	stalled := rawConn(t, addr)
 	start := time.Now()
 	stalled.Write(options[:5])
 	time.Sleep(600 * time.Millisecond)
@@ -50,9 +51,10 @@ func TestFrameTimeout(t *testing.T) {
 // error naming the setting, and the connection closed; once a connection
 // ends, a new one is served.
 func TestMaxConnections(t *testing.T) {
-	fakeNode(t, "127.0.0.7:19075", fakenode.Options{})
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19075", []string{"127.0.0.7:19075"}
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	_, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.MaxConnections = 1
 	})
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 1, Opcode: frame.OpOptions})
@@ -65,18 +67,18 @@ func TestMaxConnections(t *testing.T) {
 		}
 		return h, f[frame.HeaderSize:]
 	}
-	first := rawConn(t, "127.0.0.8:19075")
+	first := rawConn(t, addr)
 	if h, _ := ask(first); h.Opcode != frame.OpSupported {
 		t.Fatalf("first connection: %v", h)
 	}
-	second := rawConn(t, "127.0.0.8:19075")
+	second := rawConn(t, addr)
 	h, body := ask(second)
 	if code, msg := errorOf(t, h, body); code != frame.ErrCodeServer || !strings.Contains(msg, "max_connections 1") {
 		t.Errorf("second connection: %#x %q", code, msg)
 	}
 	first.Close()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		third := rawConn(t, "127.0.0.8:19075")
+		third := rawConn(t, addr)
 		if h, _ := ask(third); h.Opcode == frame.OpSupported {
 			break
 		}
@@ -90,11 +92,12 @@ func TestMaxConnections(t *testing.T) {
 // When the upstream connection dies with requests in flight, each of them is
 // answered with a server error on its own stream, then the connection closes.
 func TestUpstreamLostAnswersInFlight(t *testing.T) {
-	fakeNode(t, "127.0.0.7:19070", fakenode.Options{ResetQuery: "boom"})
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19070", []string{"127.0.0.7:19070"}
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{ResetQuery: "boom"})
+	_, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	})
-	c := dialRaw(t, "127.0.0.8:19070", 4)
+	c := dialRaw(t, addr, 4)
 	c.startup(nil)
 	c.send(1, &message.Query{Query: "SELECT boom FROM ks.kv", Options: &message.QueryOptions{}})
 	c.send(2, &message.Query{Query: "SELECT v FROM ks.kv", Options: &message.QueryOptions{}})
@@ -121,12 +124,13 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 // proxy reads nothing more from that client until one is answered; every
 // request is still answered.
 func TestMaxInFlightPerConnection(t *testing.T) {
-	fakeNode(t, "127.0.0.7:19073", fakenode.Options{SlowQuery: "slow", SlowFor: 50 * time.Millisecond})
-	p := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19073", []string{"127.0.0.7:19073"}
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{SlowQuery: "slow", SlowFor: 50 * time.Millisecond})
+	p, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.MaxInFlightPerConnection = 2
 	})
-	c := dialRaw(t, "127.0.0.8:19073", 4)
+	c := dialRaw(t, addr, 4)
 	c.startup(nil)
 	for i := range 6 {
 		c.send(int16(10+i), &message.Query{Query: "SELECT v FROM ks.slow", Options: &message.QueryOptions{}})

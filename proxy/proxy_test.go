@@ -51,14 +51,15 @@ func testLogger() zerolog.Logger {
 	return zerolog.New(io.Discard)
 }
 
-// startProxy runs a proxy for cfg (over DefaultConfig) until the test ends.
-func startProxy(t *testing.T, edit func(*Config)) *Proxy {
+// startProxy runs a proxy for cfg (over DefaultConfig) until the test ends,
+// and returns it and the address it listens on (cfg.Listen may name port
+// 0).
+func startProxy(t *testing.T, edit func(*Config)) (*Proxy, string) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
 	edit(&cfg)
-	p, _ := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
-	return p
+	return serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 }
 
 // serveProxy runs a proxy for cfg, listening on cfg.Listen (which may name
@@ -161,7 +162,7 @@ func TestNodeModeDriverSeesOnlyProxies(t *testing.T) {
 // whole ring, in every protocol version and compression.
 func TestClusterModeTopology(t *testing.T) {
 	fakeNode(t, "127.0.0.3:19043", fakenode.Options{Peers: []string{"127.0.0.4"}})
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.5:19043", []string{"127.0.0.3:19043"}
 	})
 	for _, tc := range []struct {

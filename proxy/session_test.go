@@ -86,16 +86,17 @@ func (c *rawClient) startup(opts map[string]string) {
 }
 
 func TestSupportedAndStartupOptIn(t *testing.T) {
-	plain := fakeNode(t, "127.0.0.3:19045", fakenode.Options{Supported: map[string][]string{
+	t.Parallel()
+	plain := fakeNode(t, "127.0.0.1:0", fakenode.Options{Supported: map[string][]string{
 		"SCYLLA_SHARD": {"3"}, "SCYLLA_NR_SHARDS": {"8"}, "SCYLLA_SHARD_AWARE_PORT": {"19042"},
 		"TABLETS_ROUTING_V1": {""}, "SCYLLA_LWT_ADD_METADATA_MARK": {"LWT_OPTIMIZATION_META_BIT_MASK=2147483648"},
 	}})
-	scylla := fakeNode(t, "127.0.0.4:19045", fakenode.Options{Supported: map[string][]string{
+	scylla := fakeNode(t, "127.0.0.1:0", fakenode.Options{Supported: map[string][]string{
 		rateLimitKey: {"ERROR_CODE=61440"}}})
-	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19045", []string{"127.0.0.3:19045"} })
-	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.6:19045", []string{"127.0.0.4:19045"} })
+	_, plainAddr := startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{plain.Addr()} })
+	_, scyllaAddr := startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{scylla.Addr()} })
 
-	c := dialRaw(t, "127.0.0.5:19045", 4)
+	c := dialRaw(t, plainAddr, 4)
 	c.send(1, &message.Options{})
 	sup := c.recv().Body.Message.(*message.Supported).Options
 	if got := sup[rateLimitKey]; len(got) != 1 || got[0] != "ERROR_CODE=61440" {
@@ -117,7 +118,7 @@ func TestSupportedAndStartupOptIn(t *testing.T) {
 	if _, ok := plain.Startups()[0][rateLimitKey]; ok {
 		t.Errorf("opt-in forwarded to an upstream that does not support it")
 	}
-	c2 := dialRaw(t, "127.0.0.6:19045", 4)
+	c2 := dialRaw(t, scyllaAddr, 4)
 	c2.startup(map[string]string{rateLimitKey: ""})
 	if _, ok := scylla.Startups()[0][rateLimitKey]; !ok {
 		t.Errorf("opt-in not forwarded to an upstream that supports it")
@@ -287,10 +288,11 @@ func TestAdminEndpoints(t *testing.T) {
 // An EXECUTE of a statement the proxy never saw prepared is answered with
 // Unprepared, and works once prepared through the proxy.
 func TestUnknownExecuteIsUnprepared(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19052", fakenode.Options{})
-	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19052", []string{"127.0.0.3:19052"} })
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	_, addr := startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()} })
 	for _, v := range []primitive.ProtocolVersion{3, 4, 5} {
-		c := dialRaw(t, "127.0.0.5:19052", v)
+		c := dialRaw(t, addr, v)
 		c.startup(nil)
 		q := fmt.Sprintf("SELECT v FROM ks.t WHERE k = %d", v) // one statement per version: the registry is shared
 		id := md5.Sum([]byte(q))                               // the fake node's statement id

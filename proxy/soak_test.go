@@ -29,7 +29,7 @@ func TestSoak(t *testing.T) {
 		duration = d
 	}
 	fakeNode(t, "127.0.0.7:19071", fakenode.Options{})
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.8:19071", []string{"127.0.0.7:19071"}
 	})
 	goroutines, fds := runtime.NumGoroutine(), openFiles(t)

@@ -440,7 +440,7 @@ func (c *stubClient) next() (int16, int32, string, error) {
 func TestUpstreamTimeout(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	node := startStubNode(t, "127.0.0.9:19080")
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.10:19080", []string{"127.0.0.9:19080"}
 		c.UpstreamTimeout = Duration(timeout)
 	})
@@ -523,7 +523,7 @@ func TestMaxInFlight(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			node := startStubNode(t, "127.0.0.9:"+tt.port)
-			p := startProxy(t, func(c *Config) {
+			p, _ := startProxy(t, func(c *Config) {
 				c.Listen, c.Upstreams = "127.0.0.10:"+tt.port, []string{"127.0.0.9:" + tt.port}
 				c.MaxInFlight, c.MaxInFlightPerConnection = tt.max, tt.perConn
 			})
@@ -578,7 +578,7 @@ func TestMaxInFlight(t *testing.T) {
 // slots back when its session ends.
 func TestMaxInFlightClientLeaves(t *testing.T) {
 	node := startStubNode(t, "127.0.0.9:19084")
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.10:19084", []string{"127.0.0.9:19084"}
 		c.MaxInFlight = 3
 	})
@@ -694,7 +694,7 @@ func TestBufferedBytesTotal(t *testing.T) {
 // goes through; so does the frame whose connection ends mid-frame.
 func TestFrameBytesTotal(t *testing.T) {
 	startStubNode(t, "127.0.0.9:19093")
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.10:19093", []string{"127.0.0.9:19093"}
 		c.MaxFrameBytes = 1 << 20
 		c.MaxFrameBytesTotal = 300 << 10
@@ -763,7 +763,7 @@ func TestFrameBytesTotal(t *testing.T) {
 // wait behind requests that wait for them.
 func TestLargeRequestLargeAnswer(t *testing.T) {
 	startStubNode(t, "127.0.0.15:19150")
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.15:19151", []string{"127.0.0.15:19150"}
 		c.MaxFrameBytes = 1 << 20
 		c.MaxFrameBytesTotal = 128 << 10
@@ -820,7 +820,7 @@ func TestFrameTimeoutAfterBackPressure(t *testing.T) {
 // wait for the client, and every answer arrives once it reads.
 func TestUpstreamTimeoutSlowClient(t *testing.T) {
 	startStubNode(t, "127.0.0.15:19154")
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.15:19155", []string{"127.0.0.15:19154"}
 		c.UpstreamTimeout = Duration(200 * time.Millisecond)
 		c.MaxBufferedBytes = 64 << 10

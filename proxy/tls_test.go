@@ -92,7 +92,7 @@ func TestClientTLS(t *testing.T) {
 	writeFile(t, cfgTLS.CertFile, cert)
 	writeFile(t, cfgTLS.KeyFile, key)
 	writeFile(t, cfgTLS.ClientCAFile, ca.pem)
-	p := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *Config) {
 		c.Listen, c.Upstreams = "127.0.0.8:19074", []string{"127.0.0.7:19074"}
 		c.TLS = cfgTLS
 	})
