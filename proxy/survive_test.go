@@ -340,13 +340,13 @@ func settle(t *testing.T) {
 // are logged (go test -run IdleConnectionMemory -v); the bound only catches
 // a return of per-connection read buffers.
 func TestIdleConnectionMemory(t *testing.T) {
-	startStubNode(t, "127.0.0.9:19090")
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.10:19090", []string{"127.0.0.9:19090"}
+	stub := startStubNode(t, "127.0.0.1:0")
+	_, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 	})
 	const n = 200
-	directHeap, directStack := idleCost(t, "127.0.0.9:19090", n)
-	proxiedHeap, proxiedStack := idleCost(t, "127.0.0.10:19090", n)
+	directHeap, directStack := idleCost(t, stub.ln.Addr().String(), n)
+	proxiedHeap, proxiedStack := idleCost(t, addr, n)
 	heap, stack := proxiedHeap-directHeap, proxiedStack-directStack
 	t.Logf("per idle connection: proxy heap %.0f B, proxy goroutine stacks %.0f B (direct to the node: heap %.0f B, stacks %.0f B; through the proxy: heap %.0f B, stacks %.0f B)",
 		heap, stack, directHeap, directStack, proxiedHeap, proxiedStack)
@@ -360,9 +360,9 @@ func TestIdleConnectionMemory(t *testing.T) {
 // that request alive: neither the frame reader nor the classifier, which
 // parsed it, holds on to it.
 func TestIdleAfterLargeRequest(t *testing.T) {
-	startStubNode(t, "127.0.0.9:19091")
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.10:19091", []string{"127.0.0.9:19091"}
+	stub := startStubNode(t, "127.0.0.1:0")
+	_, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 	})
 	const n, size = 20, 512 << 10
 	// A statement the classifier recognizes, with a literal it keeps a
@@ -370,7 +370,7 @@ func TestIdleAfterLargeRequest(t *testing.T) {
 	large := stubQuery(1, "SELECT * FROM ks.t WHERE k = '"+strings.Repeat("x", size)+"'")
 	clients := make([]*stubClient, n)
 	for i := range clients {
-		clients[i] = dialStub(t, "127.0.0.10:19091")
+		clients[i] = dialStub(t, addr)
 	}
 	settle(t)
 	before, _ := memUse()
@@ -439,14 +439,14 @@ func (c *stubClient) next() (int16, int32, string, error) {
 // ones and one that waits longer than the timeout before its request.
 func TestUpstreamTimeout(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	node := startStubNode(t, "127.0.0.9:19080")
-	p, _ := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.10:19080", []string{"127.0.0.9:19080"}
+	node := startStubNode(t, "127.0.0.1:0")
+	p, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
 		c.UpstreamTimeout = Duration(timeout)
 	})
-	idle := dialStub(t, "127.0.0.10:19080")
-	busy := dialStub(t, "127.0.0.10:19080")
-	stalled := dialStub(t, "127.0.0.10:19080")
+	idle := dialStub(t, addr)
+	busy := dialStub(t, addr)
+	stalled := dialStub(t, addr)
 
 	start := time.Now()
 	stalled.write(append(stubQuery(5, "SELECT hold FROM ks.t"), stubQuery(6, "SELECT hold FROM ks.t")...))
@@ -577,18 +577,18 @@ func TestMaxInFlight(t *testing.T) {
 // A client that leaves with requests in flight gives their max_in_flight
 // slots back when its session ends.
 func TestMaxInFlightClientLeaves(t *testing.T) {
-	node := startStubNode(t, "127.0.0.9:19084")
-	p, _ := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.10:19084", []string{"127.0.0.9:19084"}
+	node := startStubNode(t, "127.0.0.1:0")
+	p, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
 		c.MaxInFlight = 3
 	})
-	c := dialStub(t, "127.0.0.10:19084")
+	c := dialStub(t, addr)
 	c.write(append(stubQuery(1, "SELECT hold FROM ks.t"), stubQuery(2, "SELECT hold FROM ks.t")...))
 	node.waitHeld(t, 2)
 	c.c.Close()
 	// All three slots are free again: another client gets three requests
 	// to the node.
-	other := dialStub(t, "127.0.0.10:19084")
+	other := dialStub(t, addr)
 	for i := range 3 {
 		other.write(stubQuery(int16(i), "SELECT hold FROM ks.t"))
 	}
@@ -693,9 +693,9 @@ func TestBufferedBytesTotal(t *testing.T) {
 // connection, until another connection's large frame is done with, and then
 // goes through; so does the frame whose connection ends mid-frame.
 func TestFrameBytesTotal(t *testing.T) {
-	startStubNode(t, "127.0.0.9:19093")
-	p, _ := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.10:19093", []string{"127.0.0.9:19093"}
+	stub := startStubNode(t, "127.0.0.1:0")
+	p, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 		c.MaxFrameBytes = 1 << 20
 		c.MaxFrameBytesTotal = 300 << 10
 		c.FrameTimeout = Duration(time.Second)
@@ -730,7 +730,7 @@ func TestFrameBytesTotal(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			waits := testutil.ToFloat64(p.metrics.frameWaits)
-			a, b := dialStub(t, "127.0.0.10:19093"), dialStub(t, "127.0.0.10:19093")
+			a, b := dialStub(t, addr), dialStub(t, addr)
 			defer a.c.Close()
 			defer b.c.Close()
 			// a sends half of a large frame: its reader holds 200 KiB.
@@ -762,14 +762,14 @@ func TestFrameBytesTotal(t *testing.T) {
 // back once forwarded, and answers have a bound of their own, so they never
 // wait behind requests that wait for them.
 func TestLargeRequestLargeAnswer(t *testing.T) {
-	startStubNode(t, "127.0.0.15:19150")
-	p, _ := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.15:19151", []string{"127.0.0.15:19150"}
+	stub := startStubNode(t, "127.0.0.1:0")
+	p, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 		c.MaxFrameBytes = 1 << 20
 		c.MaxFrameBytesTotal = 128 << 10
 		c.MaxInFlightPerConnection = 1
 	})
-	a := dialStub(t, "127.0.0.15:19151")
+	a := dialStub(t, addr)
 	defer a.c.Close()
 	for stream := range int16(3) {
 		a.write(stubQuery(stream+1, "SELECT bigresult FROM ks.t WHERE k = '"+strings.Repeat("x", 100<<10)+"'"))
@@ -785,13 +785,13 @@ func TestLargeRequestLargeAnswer(t *testing.T) {
 // frame_timeout, with its next frame already sent, keeps its connection:
 // each frame gets a frame_timeout of its own.
 func TestFrameTimeoutAfterBackPressure(t *testing.T) {
-	node := startStubNode(t, "127.0.0.15:19152")
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.15:19153", []string{"127.0.0.15:19152"}
+	node := startStubNode(t, "127.0.0.1:0")
+	_, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
 		c.MaxInFlightPerConnection = 1
 		c.FrameTimeout = Duration(300 * time.Millisecond)
 	})
-	a := dialStub(t, "127.0.0.15:19153")
+	a := dialStub(t, addr)
 	defer a.c.Close()
 	q1 := stubQuery(1, "SELECT hold FROM ks.t WHERE k = '"+strings.Repeat("x", 2000)+"'")
 	q2 := stubQuery(2, "SELECT v FROM ks.t WHERE k = '"+strings.Repeat("y", 2000)+"'")
@@ -819,13 +819,13 @@ func TestFrameTimeoutAfterBackPressure(t *testing.T) {
 // upstream falling silent: upstream_timeout does not fire while answers
 // wait for the client, and every answer arrives once it reads.
 func TestUpstreamTimeoutSlowClient(t *testing.T) {
-	startStubNode(t, "127.0.0.15:19154")
-	p, _ := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.15:19155", []string{"127.0.0.15:19154"}
+	stub := startStubNode(t, "127.0.0.1:0")
+	p, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 		c.UpstreamTimeout = Duration(200 * time.Millisecond)
 		c.MaxBufferedBytes = 64 << 10
 	})
-	a := dialStub(t, "127.0.0.15:19155")
+	a := dialStub(t, addr)
 	defer a.c.Close()
 	// 200 answers of 100 KiB: far more than the sockets and the proxy's
 	// queue hold while the client reads nothing.
