@@ -19,10 +19,11 @@ import (
 // for a driver that opted in and Config_error for one that did not, while
 // another partition of the same table passes.
 func TestEnforceLimits(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19046", fakenode.Options{})
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
 	cfg := DefaultConfig()
 	cfg.Admin.Listen = ""
-	cfg.Listen, cfg.Upstreams = "127.0.0.5:19046", []string{"127.0.0.3:19046"}
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	cfg.Limits.Algorithm = ratelimit.AlgorithmTokenBucket
 	two := OpsPerSecond(2)
 	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxReadsPerSecond: &two}}}}
@@ -40,7 +41,7 @@ func TestEnforceLimits(t *testing.T) {
 	t.Cleanup(func() { p.Shutdown(t.Context()) })
 
 	for _, optIn := range []bool{false, true} {
-		c := dialRaw(t, cfg.Listen, 4)
+		c := dialRaw(t, ln.Addr().String(), 4)
 		opts := map[string]string{}
 		if optIn {
 			opts[rateLimitKey] = ""

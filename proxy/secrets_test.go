@@ -17,10 +17,11 @@ import (
 // refuses or cannot decode, whose errors are logged) to a proxy logging at
 // every level, and checks that the secret appears in no log line.
 func TestCredentialsNeverLogged(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-canary-7f1d"
 	var log logLines
-	fakeNode(t, "127.0.0.11:19110", fakenode.Options{})
-	bp := startBadInputProxy(t, &log, "127.0.0.12:19110", "127.0.0.11:19110", nil)
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	bp := startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), nil)
 
 	query := func(stream int16, cql string) []byte {
 		return msgFrame(t, 4, stream, &message.Query{Query: cql})

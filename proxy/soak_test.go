@@ -28,9 +28,9 @@ func TestSoak(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("CQLGUARD_SOAK")); err == nil {
 		duration = d
 	}
-	fakeNode(t, "127.0.0.7:19071", fakenode.Options{})
-	p, _ := startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19071", []string{"127.0.0.7:19071"}
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	_, addr := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	})
 	goroutines, fds := runtime.NumGoroutine(), openFiles(t)
 
@@ -48,7 +48,7 @@ func TestSoak(t *testing.T) {
 				// Every other session of odd clients hangs up with its
 				// requests in flight.
 				hangUp := i%2 == 1 && round%2 == 1
-				n, err := soakSession(p.cfg.Listen, query, inFlight, 400, hangUp)
+				n, err := soakSession(addr, query, inFlight, 400, hangUp)
 				mu.Lock()
 				answered += int64(n)
 				if hangUp {

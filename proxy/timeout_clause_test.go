@@ -12,18 +12,19 @@ import (
 // adds to its queries of the system tables, is dropped from those before
 // they reach an upstream that is not ScyllaDB, and kept everywhere else.
 func TestUsingTimeoutDropped(t *testing.T) {
-	cassandra := startStubNode(t, "127.0.0.9:19094")
-	scylla := startStubNode(t, "127.0.0.9:19095")
+	t.Parallel()
+	cassandra := startStubNode(t, "127.0.0.1:0")
+	scylla := startStubNode(t, "127.0.0.1:0")
 	for _, n := range []*stubNode{cassandra, scylla} {
 		n.mu.Lock()
 		n.record, n.scylla = true, n == scylla
 		n.mu.Unlock()
 	}
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.10:19094", []string{"127.0.0.9:19094"}
+	_, toCassandra := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{cassandra.ln.Addr().String()}
 	})
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Upstreams = "127.0.0.10:19095", []string{"127.0.0.9:19095"}
+	_, toScylla := startProxy(t, func(c *Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{scylla.ln.Addr().String()}
 	})
 	const (
 		system = "SELECT keyspace_name FROM system_schema.keyspaces"
@@ -38,11 +39,11 @@ func TestUsingTimeoutDropped(t *testing.T) {
 		sent    string
 		want    string // what the node receives
 	}{
-		{"system query to Cassandra", cassandra, "127.0.0.10:19094", false, system + clause, system},
-		{"system PREPARE to Cassandra", cassandra, "127.0.0.10:19094", true, system + clause, system},
-		{"user query to Cassandra", cassandra, "127.0.0.10:19094", false, user + clause, user + clause},
-		{"system query without the clause", cassandra, "127.0.0.10:19094", false, system, system},
-		{"system query to ScyllaDB", scylla, "127.0.0.10:19095", false, system + clause, system + clause},
+		{"system query to Cassandra", cassandra, toCassandra, false, system + clause, system},
+		{"system PREPARE to Cassandra", cassandra, toCassandra, true, system + clause, system},
+		{"user query to Cassandra", cassandra, toCassandra, false, user + clause, user + clause},
+		{"system query without the clause", cassandra, toCassandra, false, system, system},
+		{"system query to ScyllaDB", scylla, toScylla, false, system + clause, system + clause},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
