@@ -6,34 +6,6 @@ import (
 	"testing"
 )
 
-func TestSelectTable(t *testing.T) {
-	tests := []struct {
-		q       string
-		ks, tbl string
-		ok      bool
-	}{
-		{"SELECT * FROM system.local WHERE key='local'", "system", "local", true},
-		{"select peer, rpc_address from system.peers", "system", "peers", true},
-		{"SELECT * FROM system.peers_v2", "system", "peers_v2", true},
-		{"  /* c */ SeLeCt schema_version FrOm \"system\".\"local\" -- x", "system", "local", true},
-		{"SELECT token(k) FROM ks.t", "ks", "t", true},
-		{"SELECT count(*) FROM t", "", "t", true},
-		{"SELECT 'from x' AS a FROM ks.t", "ks", "t", true},
-		{"SELECT fromage FROM ks.t", "ks", "t", true},
-		{"SELECT * FROM \"Ks\".\"My\"\"T\"", "", "", false},
-		{"INSERT INTO system.local (key) VALUES ('x')", "", "", false},
-		{"SELECTx FROM t", "", "", false},
-		{"SELECT * FROM", "", "", false},
-		{"", "", "", false},
-	}
-	for _, tt := range tests {
-		ks, tbl, ok := SelectTable([]byte(tt.q))
-		if ok != tt.ok || string(ks) != tt.ks || string(tbl) != tt.tbl {
-			t.Errorf("SelectTable(%q) = %q, %q, %v; want %q, %q, %v", tt.q, ks, tbl, ok, tt.ks, tt.tbl, tt.ok)
-		}
-	}
-}
-
 func TestQueryStringAndPreparedID(t *testing.T) {
 	body := binary.BigEndian.AppendUint32(nil, 5)
 	body = append(body, "hello"...)
@@ -75,18 +47,6 @@ func TestBytesMapLen(t *testing.T) {
 	if _, ok := BytesMapLen(m[:len(m)-1]); ok {
 		t.Error("truncated map accepted")
 	}
-}
-
-func FuzzSelectTable(f *testing.F) {
-	for _, q := range []string{"SELECT * FROM system.local", "select \"a\" from \"k\".\"t\" where x = 'from'", "/* */ SELECT", "SELECT (((", "SELECT * FROM \"x"} {
-		f.Add([]byte(q))
-	}
-	f.Fuzz(func(t *testing.T, q []byte) {
-		ks, tbl, ok := SelectTable(q)
-		if !ok && (ks != nil || tbl != nil) {
-			t.Fatal("names returned without ok")
-		}
-	})
 }
 
 func FuzzBodies(f *testing.F) {

@@ -8,6 +8,7 @@ package proxy
 // yet) is reported as not pinned, never guessed.
 
 import (
+	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
 )
@@ -91,13 +92,18 @@ type classifier struct {
 	// USE named it; the request path sets it before each classification.
 	keyspace []byte
 	// use is set when the request classified last is a USE.
-	use      bool
-	rec      frame.Recognizer
-	key      schema.KeyBuilder
-	comps    []byte   // serialized key components, back to back
-	spans    [][2]int // component spans in comps, column after column
-	cols     []int    // column i's spans are spans[cols[i]:cols[i+1]]
-	odometer []int
+	use bool
+	// body is the QUERY or PREPARE body classified last, decompressed, and
+	// withoutTimeout the length of its statement without a trailing USING
+	// TIMEOUT clause, 0 when it has none: what dropUsingTimeout needs.
+	body           []byte
+	withoutTimeout int
+	rec            cql.Recognizer
+	key            schema.KeyBuilder
+	comps          []byte   // serialized key components, back to back
+	spans          [][2]int // component spans in comps, column after column
+	cols           []int    // column i's spans are spans[cols[i]:cols[i+1]]
+	odometer       []int
 	// keys holds the partitions' keys back to back. When it grows, the
 	// keys already handed out keep the old array, which nothing writes to
 	// again, so they stay valid until the next request.
@@ -121,6 +127,7 @@ func (c *classifier) reset() {
 	c.keys = c.keys[:0]
 	c.use = false
 	c.indexed = false
+	c.withoutTimeout = 0
 }
 
 // release drops what the classifier holds of the last request, which may
@@ -128,6 +135,7 @@ func (c *classifier) reset() {
 // an idle connection does not keep a large request alive.
 func (c *classifier) release() {
 	c.rec.Release()
+	c.body, c.withoutTimeout = nil, 0
 	clear(c.c.Partitions[:cap(c.c.Partitions)])
 	c.c = Classification{Partitions: c.c.Partitions[:0]}
 	if cap(c.keys) > largeFrame {
@@ -161,11 +169,11 @@ func isInternal(keyspace []byte) bool {
 		(len(keyspace) == len(p) || keyspace[len(p)] == '_')
 }
 
-func opOf(k frame.StatementKind) Op {
+func opOf(k cql.StatementKind) Op {
 	switch k {
-	case frame.StmtSelect:
+	case cql.StmtSelect:
 		return OpRead
-	case frame.StmtInsert, frame.StmtUpdate, frame.StmtDelete:
+	case cql.StmtInsert, cql.StmtUpdate, cql.StmtDelete:
 		return OpWrite
 	}
 	return OpNone
@@ -187,29 +195,30 @@ func (c *classifier) keyspaceOf(stmt, request []byte) []byte {
 func (c *classifier) query(q *frame.Query, snap *schema.Snapshot) *Classification {
 	c.reset()
 	st := c.rec.Recognize(q.Text)
-	if st.Kind == frame.StmtUse {
+	if st.Kind == cql.StmtUse {
 		// The connection's keyspace changes only once the upstream has
 		// answered Set_keyspace (session.learnKeyspace): a USE it refuses
 		// leaves the keyspace as it was, as Cassandra does.
 		c.use = true
 		return &c.c
 	}
-	if st.Kind == frame.StmtBatch {
+	if st.Kind == cql.StmtBatch {
 		c.c.Op, c.c.Batch, c.c.Pinned = OpWrite, true, true
 		ks := q.Keyspace
-		c.rec.Statements(q.Text, func(st *frame.Statement) {
+		c.rec.Statements(q.Text, func(st *cql.Statement) {
 			c.statement(st, c.keyspaceOf(st.Keyspace, ks), snap, &q.Values, true)
 		})
 		return &c.c
 	}
 	c.c.Pinned = true
+	c.withoutTimeout = st.WithoutTimeout
 	c.statement(st, c.keyspaceOf(st.Keyspace, q.Keyspace), snap, &q.Values, false)
 	return &c.c
 }
 
 // statement adds one recognised statement to the classification: its op,
 // table and partitions, or unpins the whole when it pins nothing.
-func (c *classifier) statement(st *frame.Statement, ks []byte, snap *schema.Snapshot, values *frame.Values, inBatch bool) {
+func (c *classifier) statement(st *cql.Statement, ks []byte, snap *schema.Snapshot, values *frame.Values, inBatch bool) {
 	op := opOf(st.Kind)
 	if c.c.Table == nil {
 		c.c.Keyspace, c.c.Table = ks, st.Table
@@ -244,18 +253,18 @@ func (c *classifier) statement(st *frame.Statement, ks []byte, snap *schema.Snap
 // sourcesFromStatement gathers each partition key column's candidate
 // components from the statement's restrictions: literals serialized as
 // Cassandra would, bound markers from values.
-func (c *classifier) sourcesFromStatement(st *frame.Statement, t *schema.Table, values *frame.Values) bool {
+func (c *classifier) sourcesFromStatement(st *cql.Statement, t *schema.Table, values *frame.Values) bool {
 	c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
 	if st.JSON {
 		var doc []byte
 		switch term := st.JSONTerm; term.Kind {
-		case frame.TermLiteral:
+		case cql.TermLiteral:
 			var err error
 			if c.doc, err = schema.AppendLiteral(c.doc[:0], textType, term.Text); err != nil {
 				return false
 			}
 			doc = c.doc
-		case frame.TermPositional, frame.TermNamed:
+		case cql.TermPositional, cql.TermNamed:
 			v, ok := boundValue(values, term)
 			if !ok {
 				return false
@@ -283,12 +292,12 @@ func (c *classifier) sourcesFromStatement(st *frame.Statement, t *schema.Table, 
 		for _, term := range r.Terms {
 			start := len(c.comps)
 			switch term.Kind {
-			case frame.TermLiteral:
+			case cql.TermLiteral:
 				var err error
 				if c.comps, err = schema.AppendLiteral(c.comps, col.Type, term.Text); err != nil {
 					return false
 				}
-			case frame.TermPositional, frame.TermNamed:
+			case cql.TermPositional, cql.TermNamed:
 				v, ok := boundValue(values, term)
 				if !ok {
 					return false
@@ -324,7 +333,7 @@ func (c *classifier) sourcesFromJSON(doc []byte, t *schema.Table) bool {
 }
 
 // restriction finds the restriction on the column named name.
-func restriction(st *frame.Statement, name string) *frame.Restriction {
+func restriction(st *cql.Statement, name string) *cql.Restriction {
 	for i := range st.Restrictions {
 		if string(st.Restrictions[i].Column) == name {
 			return &st.Restrictions[i]
@@ -335,11 +344,11 @@ func restriction(st *frame.Statement, name string) *frame.Restriction {
 
 // boundValue returns the value bound to a marker: by name when the request
 // names its values, else by position. Null and unset values pin nothing.
-func boundValue(values *frame.Values, term frame.Term) ([]byte, bool) {
+func boundValue(values *frame.Values, term cql.Term) ([]byte, bool) {
 	var v frame.Value
 	var ok bool
 	if values.Named() {
-		if term.Kind != frame.TermNamed {
+		if term.Kind != cql.TermNamed {
 			return nil, false
 		}
 		v, ok = values.Lookup(term.Text)

@@ -6,6 +6,7 @@ package proxy
 import (
 	"slices"
 
+	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
 )
@@ -18,7 +19,8 @@ import (
 // keyspace in the text overrides.
 func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *preparedStatement {
 	st := c.rec.Recognize(text)
-	p := &preparedStatement{op: opOf(st.Kind), lwt: st.LWT, use: st.Kind == frame.StmtUse}
+	c.withoutTimeout = st.WithoutTimeout
+	p := &preparedStatement{op: opOf(st.Kind), lwt: st.LWT, use: st.Kind == cql.StmtUse}
 	if p.op == OpNone {
 		return p
 	}
@@ -47,14 +49,14 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 		var terms []pkSource
 		for _, term := range r.Terms {
 			switch term.Kind {
-			case frame.TermLiteral:
+			case cql.TermLiteral:
 				start := len(literals)
 				var err error
 				if literals, err = schema.AppendLiteral(literals, col.Type, term.Text); err != nil {
 					return p
 				}
 				terms = append(terms, pkSource{index: -1, start: uint32(start), end: uint32(len(literals))})
-			case frame.TermPositional, frame.TermNamed:
+			case cql.TermPositional, cql.TermNamed:
 				// A prepared statement's variables are numbered by marker
 				// position, named or not.
 				terms = append(terms, pkSource{index: int32(term.Index)})
@@ -72,12 +74,12 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 // prepareJSON learns where a prepared INSERT JSON's partition key comes
 // from: its document's bind marker, read at each EXECUTE, or a literal
 // document, read now.
-func (c *classifier) prepareJSON(p *preparedStatement, st *frame.Statement, t *schema.Table) *preparedStatement {
+func (c *classifier) prepareJSON(p *preparedStatement, st *cql.Statement, t *schema.Table) *preparedStatement {
 	switch term := st.JSONTerm; term.Kind {
-	case frame.TermPositional, frame.TermNamed:
+	case cql.TermPositional, cql.TermNamed:
 		p.jsonIndex = int32(term.Index) + 1
 		return p
-	case frame.TermLiteral:
+	case cql.TermLiteral:
 		c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
 		doc, err := schema.AppendLiteral(nil, textType, term.Text)
 		if err != nil || !c.sourcesFromJSON(doc, t) {

@@ -74,6 +74,11 @@ func TestClassifyQuery(t *testing.T) {
 		{q: "INSERT INTO ks.kv (k, v) VALUES (2, 'x')", op: OpWrite, pinned: true, tokens: []int64{k2}},
 		{q: "INSERT INTO ks.kv (k, v) VALUES (2, 'x') IF NOT EXISTS", op: OpWrite, pinned: true, lwt: true, tokens: []int64{k2}},
 		{q: "UPDATE ks.comp SET v = 1 WHERE a = 7 AND b = 'x'", op: OpWrite, pinned: true, tokens: []int64{ab}},
+		// A ':' in a map or user type literal is no marker: the key's ? is
+		// the first (it was taken for the second, past the values bound,
+		// and the write went through unlimited).
+		{q: "INSERT INTO ks.kv (m, k) VALUES ({'a':1}, ?)", values: []*primitive.Value{primitive.NewValue(intBytes(2))}, op: OpWrite, pinned: true, tokens: []int64{k2}},
+		{q: "UPDATE ks.kv SET u = {f:true} WHERE k = ?", values: []*primitive.Value{primitive.NewValue(intBytes(2))}, op: OpWrite, pinned: true, tokens: []int64{k2}},
 		{q: "UPDATE ks.comp SET v = 1 WHERE a = 7", op: OpWrite},
 		{q: "DELETE FROM ks.comp WHERE b = ? AND a = ?", values: []*primitive.Value{primitive.NewValue([]byte("x")), primitive.NewValue(intBytes(7))}, op: OpWrite, pinned: true, tokens: []int64{ab}},
 		{q: "UPDATE ks.counts SET n = n + 1 WHERE k = 'a'", op: OpWrite, pinned: true, counter: true, tokens: []int64{tokenOf([]byte("a"))}},

@@ -196,6 +196,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		}
 	}
 	body = skipRequestPrefix(body, h)
+	s.class.body = nil
 	snap := s.p.schema.Current()
 	if ks := s.keyspace.Load(); ks != nil {
 		s.class.keyspace = *ks
@@ -210,9 +211,9 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			s.unclassified(h, err)
 			return nil, nil
 		}
-		req.reply = tableOf(q.Text)
 		c := s.class.query(&q, snap)
-		req.use = s.class.use
+		req.reply, req.use = tableOf(&s.class.rec), s.class.use
+		s.class.body = body
 		return c, nil
 	case frame.OpPrepare:
 		q, err := frame.QueryString(body)
@@ -220,8 +221,9 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			s.unclassified(h, err)
 			return nil, nil
 		}
-		req.reply, req.table = replyPrepared, tableOf(q)
 		req.prepared = s.class.prepare(q, nil, snap)
+		req.reply, req.table = replyPrepared, tableOf(&s.class.rec)
+		s.class.body = body
 		return nil, nil
 	case frame.OpExecute:
 		q, err := frame.ParseExecute(body, h.Version)
@@ -291,28 +293,20 @@ func (s *session) unclassified(h frame.Header, err error) {
 	s.log.Info().Err(err).Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request body not understood; forwarded unclassified")
 }
 
-// dropUsingTimeout returns the QUERY or PREPARE f without a trailing USING
-// TIMEOUT clause, or f itself if it has none. The frame it returns is
-// uncompressed, which a v4 frame may be whatever the connection negotiated.
+// dropUsingTimeout returns the QUERY or PREPARE f without the trailing
+// USING TIMEOUT clause its classification found, or f itself if it has
+// none. The frame it returns is uncompressed, which a v4 frame may be
+// whatever the connection negotiated.
 func (s *session) dropUsingTimeout(f []byte, h frame.Header) []byte {
-	if (h.Opcode != frame.OpQuery && h.Opcode != frame.OpPrepare) || h.Flags&frame.FlagCustomPayload != 0 {
+	n := s.class.withoutTimeout
+	if n == 0 || (h.Opcode != frame.OpQuery && h.Opcode != frame.OpPrepare) || h.Flags&frame.FlagCustomPayload != 0 {
 		return f
-	}
-	body := f[frame.HeaderSize:]
-	if h.Compressed() {
-		var err error
-		if body, err = s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes); err != nil {
-			return f
-		}
 	}
 	// QUERY and PREPARE bodies both start with the statement, a [long
-	// string].
+	// string]; classify kept the body, decompressed.
+	body := s.class.body
 	q, err := frame.QueryString(body)
-	if err != nil {
-		return f
-	}
-	n, ok := frame.TrimUsingTimeout(q)
-	if !ok {
+	if err != nil || n > len(q) {
 		return f
 	}
 	rest := body[4+len(q):]

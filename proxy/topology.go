@@ -24,6 +24,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 
+	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -91,18 +92,19 @@ func newTopology(cfg Config) (*topology, error) {
 	return t, nil
 }
 
-// tableOf says which topology table, if any, a query reads.
-func tableOf(q []byte) reply {
-	ks, table, ok := frame.SelectTable(q)
-	if !ok || !bytes.EqualFold(ks, []byte("system")) {
+// tableOf says which topology table, if any, the query rec recognised last
+// reads.
+func tableOf(rec *cql.Recognizer) reply {
+	ks, table, ok := rec.From()
+	if !ok || string(ks) != "system" {
 		return replyForward
 	}
-	switch {
-	case bytes.EqualFold(table, []byte("local")):
+	switch string(table) {
+	case "local":
 		return replyLocal
-	case bytes.EqualFold(table, []byte("peers")):
+	case "peers":
 		return replyPeers
-	case bytes.EqualFold(table, []byte("peers_v2")):
+	case "peers_v2":
 		return replyPeersV2
 	}
 	return replyForward

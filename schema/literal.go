@@ -45,13 +45,14 @@ package schema
 // recommended.
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/cqlguard/cqlguard/cql"
 )
 
 // AppendLiteral appends to dst the serialized value of the CQL literal lit
@@ -61,17 +62,15 @@ import (
 //
 // Scalar literals are serialized without allocating once dst has room.
 func AppendLiteral(dst []byte, t Type, lit []byte) ([]byte, error) {
-	p := litParser{src: lit}
+	var p litParser
+	p.lex.Reset(lit)
 	start := len(dst)
 	if p.null() {
 		return dst, fmt.Errorf("schema: %s literal %q: null has no serialization", t, lit)
 	}
 	out, err := p.value(dst, t, 0)
-	if err == nil {
-		p.space()
-		if p.pos < len(p.src) {
-			err = fmt.Errorf("unexpected %q at offset %d", p.src[p.pos:], p.pos)
-		}
+	if t := p.lex.Peek(); err == nil && t.Kind != cql.EOF {
+		err = fmt.Errorf("unexpected %q at offset %d", lit[t.Start:], t.Start)
 	}
 	if err != nil {
 		return dst[:start], fmt.Errorf("schema: %s literal %q: %w", t, lit, err)
@@ -103,150 +102,61 @@ type litToken struct {
 	pos     int
 }
 
-// litParser reads one literal. It does not allocate.
+// litParser reads one literal with package cql's lexer, joining a '-' to
+// the number, NaN or Infinity it touches. It does not allocate.
 type litParser struct {
-	src []byte
-	pos int
+	lex cql.Lexer
 }
 
-// space skips white space and comments.
-func (p *litParser) space() {
-	for p.pos < len(p.src) {
-		c := p.src[p.pos]
-		switch {
-		case isSpace(c):
-			p.pos++
-		case c == '-' && p.at(p.pos+1, '-'), c == '/' && p.at(p.pos+1, '/'):
-			for p.pos < len(p.src) && p.src[p.pos] != '\n' {
-				p.pos++
-			}
-		case c == '/' && p.at(p.pos+1, '*'):
-			end := bytes.Index(p.src[p.pos+2:], []byte("*/"))
-			if end < 0 {
-				p.pos = len(p.src)
-				return
-			}
-			p.pos += 2 + end + 2
-		default:
-			return
-		}
-	}
-}
-
-func (p *litParser) at(i int, c byte) bool { return i < len(p.src) && p.src[i] == c }
-
-// next scans the next token.
+// next reads the next token.
 func (p *litParser) next() litToken {
-	p.space()
-	start := p.pos
-	src := p.src
-	if start >= len(src) {
-		return litToken{kind: litEOF, pos: start}
-	}
-	c := src[start]
-	tok := litToken{kind: litBad, pos: start}
-	switch {
-	case c == '\'':
+	t := p.lex.Next()
+	tok := litToken{kind: litBad, text: t.Text, pos: t.Start}
+	switch t.Kind {
+	case cql.EOF:
+		tok.kind = litEOF
+	case cql.String:
 		tok.kind = litString
-		for i := start + 1; i < len(src); i++ {
-			if src[i] != '\'' {
-				continue
-			}
-			if i+1 < len(src) && src[i+1] == '\'' {
-				tok.escaped = true
-				i++
-				continue
-			}
-			tok.text = src[start+1 : i]
-			p.pos = i + 1
-			return tok
-		}
-		tok.kind = litBad
-	case c == '$' && p.at(start+1, '$'):
-		if end := bytes.Index(src[start+2:], []byte("$$")); end >= 0 {
-			tok.kind = litString
-			tok.text = src[start+2 : start+2+end]
-			p.pos = start + 2 + end + 2
-			return tok
-		}
-	case c == '"':
+		tok.text, tok.escaped = t.Content()
+	case cql.QuotedName:
 		tok.kind = litQuoted
-		for i := start + 1; i < len(src); i++ {
-			if src[i] != '"' {
-				continue
-			}
-			if i+1 < len(src) && src[i+1] == '"' {
-				tok.escaped = true
-				i++
-				continue
-			}
-			tok.text = src[start+1 : i]
-			p.pos = i + 1
+		tok.text, tok.escaped = t.Content()
+	case cql.Number:
+		if t.Text[0] != '.' { // .5 is no CQL number
+			tok.kind = litNumber
+		}
+	case cql.UUID:
+		tok.kind = litUUID
+	case cql.Blob:
+		tok.kind = litHex
+	case cql.Word:
+		tok.kind = litWord
+	case cql.Punct:
+		tok.kind = litPunct
+		if !t.IsPunct('-') {
+			break
+		}
+		// A sign is part of the number it touches: -5, -1.5e3, -NaN.
+		n := p.lex.Peek()
+		if n.Start != t.End {
+			break
+		}
+		switch {
+		case n.Kind == cql.Number && n.Text[0] != '.':
+			tok.kind = litNumber
+		case n.IsWord("nan") || n.IsWord("infinity"):
+			tok.kind = litWord
+		case n.Kind == cql.Word || n.Kind == cql.Number || n.Kind == cql.Duration:
+			tok.kind = litBad
+		default:
 			return tok
 		}
-		tok.kind = litBad
-	case isUUIDText(src[start:]):
-		tok.kind, tok.text = litUUID, src[start:start+36]
-		p.pos = start + 36
-	case c == '0' && start+1 < len(src) && src[start+1]|0x20 == 'x':
-		end := start + 2
-		for end < len(src) && isHexDigit(src[end]) {
-			end++
-		}
-		tok.kind, tok.text = litHex, src[start:end]
-		p.pos = end
-	case isDigit(c) || c == '-' && start+1 < len(src) && isDigit(src[start+1]):
-		end := scanNumber(src, start)
-		tok.kind, tok.text = litNumber, src[start:end]
-		p.pos = end
-	case isIdentStart(c) || c == '-' && start+1 < len(src) && isIdentStart(src[start+1]):
-		end := start + 1
-		for end < len(src) && isIdentByte(src[end]) {
-			end++
-		}
-		tok.kind, tok.text = litWord, src[start:end]
-		p.pos = end
-		if c == '-' && !equalFold(tok.text, "-nan") && !equalFold(tok.text, "-infinity") {
-			tok.kind = litBad
-		}
-	default:
-		tok.kind, tok.text = litPunct, src[start:start+1]
-		p.pos = start + 1
+		p.lex.Next()
+		tok.text = p.lex.Src()[t.Start:n.End]
 	}
-	if tok.kind != litPunct && p.pos < len(src) && isIdentByte(src[p.pos]) {
-		// 1h30m, 12abc, 0xcafez: one of Cassandra's other tokens
-		// (durations), or none.
-		tok.kind = litBad
-	}
+	// Durations (1h30m), markers and what does not lex are no literal of a
+	// key column's type.
 	return tok
-}
-
-// scanNumber returns the end of the integer or floating point literal at
-// src[i] (CQL's INTEGER and FLOAT tokens).
-func scanNumber(src []byte, i int) int {
-	if src[i] == '-' {
-		i++
-	}
-	for i < len(src) && isDigit(src[i]) {
-		i++
-	}
-	if i < len(src) && src[i] == '.' {
-		i++
-		for i < len(src) && isDigit(src[i]) {
-			i++
-		}
-	}
-	if i < len(src) && src[i]|0x20 == 'e' {
-		j := i + 1
-		if j < len(src) && (src[j] == '+' || src[j] == '-') {
-			j++
-		}
-		if j < len(src) && isDigit(src[j]) {
-			for i = j; i < len(src) && isDigit(src[i]); i++ {
-			}
-		}
-	}
-	return i
 }
 
 // isIntegerText reports whether a number token is an INTEGER, not a FLOAT.
@@ -261,20 +171,17 @@ func isIntegerText(s []byte) bool {
 
 // null consumes a null literal if one is next.
 func (p *litParser) null() bool {
-	save := p.pos
-	t := p.next()
-	if t.kind == litWord && equalFold(t.text, "null") {
+	if p.lex.Peek().IsWord("null") {
+		p.lex.Next()
 		return true
 	}
-	p.pos = save
 	return false
 }
 
 // punct consumes the punctuation c if it is next.
 func (p *litParser) punct(c byte) bool {
-	p.space()
-	if p.pos < len(p.src) && p.src[p.pos] == c {
-		p.pos++
+	if p.lex.Peek().IsPunct(c) {
+		p.lex.Next()
 		return true
 	}
 	return false
@@ -284,11 +191,11 @@ func (p *litParser) expect(c byte) error {
 	if p.punct(c) {
 		return nil
 	}
-	p.space()
-	if p.pos >= len(p.src) {
+	t := p.lex.Peek()
+	if t.Kind == cql.EOF {
 		return fmt.Errorf("expected %q, got end of literal", c)
 	}
-	return fmt.Errorf("expected %q at offset %d", c, p.pos)
+	return fmt.Errorf("expected %q at offset %d", c, t.Start)
 }
 
 func badToken(t litToken, want string) error {

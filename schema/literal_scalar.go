@@ -284,35 +284,11 @@ func appendIPv4(dst []byte, s []byte) ([]byte, error) {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-func isHexDigit(c byte) bool {
-	return isDigit(c) || c|0x20 >= 'a' && c|0x20 <= 'f'
-}
-
 func unhex(c byte) byte {
 	if isDigit(c) {
 		return c - '0'
 	}
 	return c | 0x20 - 'a' + 10
-}
-
-// isUUIDText reports whether s starts with a uuid (8-4-4-4-12 hex digits).
-func isUUIDText(s []byte) bool {
-	if len(s) < 36 {
-		return false
-	}
-	for i := range 36 {
-		switch i {
-		case 8, 13, 18, 23:
-			if s[i] != '-' {
-				return false
-			}
-		default:
-			if !isHexDigit(s[i]) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // equalFold reports whether s is w (lower case) in any ASCII case.

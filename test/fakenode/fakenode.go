@@ -26,6 +26,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 
+	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -307,7 +308,9 @@ func hostID(ip net.IP) []byte {
 // answer returns the result of query q; skipMetadata leaves out the columns.
 func (n *Node) answer(q string, v primitive.ProtocolVersion, skipMetadata bool) message.Message {
 	lower := strings.ToLower(q)
-	ks, table, ok := frame.SelectTable([]byte(q))
+	var rec cql.Recognizer
+	rec.Recognize([]byte(q))
+	ks, table, ok := rec.From()
 	switch {
 	case strings.HasPrefix(strings.TrimSpace(lower), "use "):
 		return &message.SetKeyspaceResult{Keyspace: strings.Trim(strings.TrimSpace(q[4:]), "\" ;")}

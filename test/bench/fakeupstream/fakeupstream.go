@@ -38,6 +38,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 
+	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -269,6 +270,7 @@ func (s *Server) accept() {
 // conn is one client connection, served by one goroutine.
 type conn struct {
 	s        *Server
+	rec      cql.Recognizer
 	nc       net.Conn
 	br       *bufio.Reader
 	r        *frame.Reader
@@ -515,7 +517,8 @@ func (c *conn) query(body []byte, h frame.Header) {
 	t := bytes.TrimLeft(q, " \t\r\n")
 	switch {
 	case hasPrefixFold(t, "select"):
-		ks, _, ok := frame.SelectTable(t)
+		c.rec.Recognize(t)
+		ks, _, ok := c.rec.From()
 		if len(ks) == 0 {
 			ks = c.keyspace
 		}
@@ -540,8 +543,8 @@ func (c *conn) query(body []byte, h frame.Header) {
 		c.reply(c.s.void, h)
 		return
 	case hasPrefixFold(t, "use"):
-		var rec frame.Recognizer
-		if st := rec.Recognize(t); st.Kind == frame.StmtUse {
+		var rec cql.Recognizer
+		if st := rec.Recognize(t); st.Kind == cql.StmtUse {
 			c.keyspace = append(c.keyspace[:0], st.Keyspace...)
 		}
 	}
@@ -575,13 +578,13 @@ func (s *Server) coldAnswer(q string, keyspace []byte) *answer {
 }
 
 func (s *Server) encodeCold(q string, keyspace []byte) *answer {
-	var rec frame.Recognizer
+	var rec cql.Recognizer
 	st := rec.Recognize([]byte(q))
 	var msg message.Message = &message.VoidResult{}
 	switch st.Kind {
-	case frame.StmtUse:
+	case cql.StmtUse:
 		msg = &message.SetKeyspaceResult{Keyspace: string(st.Keyspace)}
-	case frame.StmtSelect:
+	case cql.StmtSelect:
 		ks := st.Keyspace
 		if len(ks) == 0 {
 			ks = keyspace
@@ -641,7 +644,7 @@ func (s *Server) prepare(q []byte) *answer {
 	}
 	sum := md5.Sum(q)
 	id := sum[:]
-	var rec frame.Recognizer
+	var rec cql.Recognizer
 	st := rec.Recognize(q)
 	ks, tbl := strings.ToLower(string(st.Keyspace)), strings.ToLower(string(st.Table))
 	if ks == "" {
@@ -655,7 +658,7 @@ func (s *Server) prepare(q []byte) *answer {
 	names := make([]string, st.Markers)
 	for _, r := range st.Restrictions {
 		for _, t := range r.Terms {
-			if t.Kind == frame.TermPositional && t.Index < len(names) {
+			if t.Kind == cql.TermPositional && t.Index < len(names) {
 				names[t.Index] = string(r.Column)
 			}
 		}
@@ -671,9 +674,9 @@ func (s *Server) prepare(q []byte) *answer {
 		vars.Columns = append(vars.Columns, &message.ColumnMetadata{Keyspace: ks, Table: tbl, Name: n, Index: int32(i), Type: typ})
 	}
 	result := &message.RowsMetadata{}
-	stmt := &statement{user: user, write: st.Kind != frame.StmtSelect}
+	stmt := &statement{user: user, write: st.Kind != cql.StmtSelect}
 	var rows [2]message.Message
-	if st.Kind == frame.StmtSelect {
+	if st.Kind == cql.StmtSelect {
 		value := make([]byte, s.opts.RowBytes)
 		fillText(value)
 		var full *message.RowsResult

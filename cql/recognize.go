@@ -1,4 +1,4 @@
-package frame
+package cql
 
 // A recogniser of CQL statements: just enough of CQL to say which table a
 // statement touches, whether it reads or writes, and which partition key
@@ -81,24 +81,32 @@ type Statement struct {
 	Restrictions []Restriction
 	// Markers is how many bind markers the statement has.
 	Markers int
+	// WithoutTimeout is the length of the text without a trailing USING
+	// TIMEOUT clause (timeout.go), or 0 when it has none.
+	WithoutTimeout int
 }
 
 // Recognizer parses statements, reusing its buffers so that recognising
 // allocates nothing once they have grown.
 type Recognizer struct {
-	lex    lexer
+	lex    Lexer
 	names  []byte // lower-cased identifiers
 	terms  []Term
 	rs     []Restriction
 	stmt   Statement
 	marker int // next positional marker index
+	// from is the table a SELECT names, kept even when the rest of the
+	// statement is not understood.
+	fromKeyspace, fromTable []byte
+	fromOK                  bool
 }
 
 // Release drops the Recognizer's references into the text it last parsed,
 // and buffers a large one grew, so that a large request can be freed while
 // its connection is idle.
 func (r *Recognizer) Release() {
-	r.lex = lexer{}
+	r.lex.Reset(nil)
+	r.fromKeyspace, r.fromTable, r.fromOK = nil, nil, false
 	// Scratch space an IN list of thousands grew is let go of, not only
 	// cleared: an idle connection keeps what an ordinary statement needs.
 	const keep = 256
@@ -124,42 +132,51 @@ func (r *Recognizer) Recognize(q []byte) *Statement {
 	r.rs = r.rs[:0]
 	r.marker = 0
 	r.stmt = Statement{}
-	r.lex = lexer{src: q}
+	r.fromKeyspace, r.fromTable, r.fromOK = nil, nil, false
+	r.lex.Reset(q)
 	r.statement()
 	return &r.stmt
+}
+
+// From reports the keyspace (empty when unqualified) and table of the
+// SELECT the last Recognize read, even where what follows the table was
+// not understood: drivers' queries of the system tables are told apart by
+// it alone.
+func (r *Recognizer) From() (keyspace, table []byte, ok bool) {
+	return r.fromKeyspace, r.fromTable, r.fromOK
 }
 
 // Statements calls fn for each statement of an inline BEGIN ... APPLY BATCH
 // text, with markers numbered across the whole batch, and reports whether
 // q was such a batch. fn's Statement is valid only during the call.
 func (r *Recognizer) Statements(q []byte, fn func(*Statement)) bool {
-	r.lex = lexer{src: q}
+	r.lex.Reset(q)
 	r.marker = 0
-	t := r.lex.next()
-	if !t.isWord("begin") {
+	t := r.lex.Next()
+	if !t.IsWord("begin") {
 		return false
 	}
-	t = r.lex.next()
-	if t.isWord("unlogged") || t.isWord("logged") || t.isWord("counter") {
-		t = r.lex.next()
+	t = r.lex.Next()
+	if t.IsWord("unlogged") || t.IsWord("logged") || t.IsWord("counter") {
+		t = r.lex.Next()
 	}
-	if !t.isWord("batch") {
+	if !t.IsWord("batch") {
 		return false
 	}
 	// USING TIMESTAMP applies to the whole batch; its marker counts.
-	if r.lex.peek().isWord("using") {
+	if r.lex.Peek().IsWord("using") {
 		r.skipUsing()
 	}
 	for {
-		p := r.lex.peek()
-		if p.kind == tokEOF {
+		p := r.lex.Peek()
+		if p.Kind == EOF {
 			return true
 		}
-		if p.isWord("apply") {
+		if p.IsWord("apply") {
 			return true
 		}
-		if p.isPunct(';') {
-			r.lex.next()
+		if p.IsPunct(';') {
+			r.lex.Next()
 			continue
 		}
 		r.names = r.names[:0]
@@ -178,27 +195,27 @@ func (r *Recognizer) Statements(q []byte, fn func(*Statement)) bool {
 
 // statement parses one statement at the lexer's position.
 func (r *Recognizer) statement() {
-	t := r.lex.next()
+	t := r.lex.Next()
 	switch {
-	case t.isWord("select"):
+	case t.IsWord("select"):
 		r.stmt.Kind = StmtSelect
 		r.selectStmt()
-	case t.isWord("insert"):
+	case t.IsWord("insert"):
 		r.stmt.Kind = StmtInsert
 		r.insertStmt()
-	case t.isWord("update"):
+	case t.IsWord("update"):
 		r.stmt.Kind = StmtUpdate
 		r.updateStmt()
-	case t.isWord("delete"):
+	case t.IsWord("delete"):
 		r.stmt.Kind = StmtDelete
 		r.deleteStmt()
-	case t.isWord("use"):
-		if ks, ok := r.ident(r.lex.next()); ok {
+	case t.IsWord("use"):
+		if ks, ok := r.ident(r.lex.Next()); ok {
 			r.stmt.Kind = StmtUse
 			r.stmt.Keyspace = ks
 		}
 		return
-	case t.isWord("begin"):
+	case t.IsWord("begin"):
 		r.stmt.Kind = StmtBatch
 		return
 	default:
@@ -215,13 +232,13 @@ func (r *Recognizer) fail() { r.stmt = Statement{Kind: StmtOther} }
 
 // tableName parses [keyspace.]table.
 func (r *Recognizer) tableName() bool {
-	first, ok := r.ident(r.lex.next())
+	first, ok := r.ident(r.lex.Next())
 	if !ok {
 		return false
 	}
-	if r.lex.peek().isPunct('.') {
-		r.lex.next()
-		second, ok := r.ident(r.lex.next())
+	if r.lex.Peek().IsPunct('.') {
+		r.lex.Next()
+		second, ok := r.ident(r.lex.Next())
 		if !ok {
 			return false
 		}
@@ -242,8 +259,9 @@ func (r *Recognizer) selectStmt() {
 		r.fail()
 		return
 	}
-	if r.lex.peek().isWord("where") {
-		r.lex.next()
+	r.fromKeyspace, r.fromTable, r.fromOK = r.stmt.Keyspace, r.stmt.Table, true
+	if r.lex.Peek().IsWord("where") {
+		r.lex.Next()
 		if !r.where() {
 			r.fail()
 			return
@@ -253,19 +271,19 @@ func (r *Recognizer) selectStmt() {
 }
 
 func (r *Recognizer) insertStmt() {
-	if !r.lex.next().isWord("into") || !r.tableName() {
+	if !r.lex.Next().IsWord("into") || !r.tableName() {
 		r.fail()
 		return
 	}
-	t := r.lex.next()
-	if t.isWord("json") {
+	t := r.lex.Next()
+	if t.IsWord("json") {
 		r.stmt.JSON = true
-		v := r.lex.next()
-		switch v.kind {
-		case tokString:
-			r.stmt.JSONValue = v.text
-			r.stmt.JSONTerm = Term{Kind: TermLiteral, Text: v.text}
-		case tokMarker:
+		v := r.lex.Next()
+		switch v.Kind {
+		case String:
+			r.stmt.JSONValue = v.Text
+			r.stmt.JSONTerm = Term{Kind: TermLiteral, Text: v.Text}
+		case Marker:
 			r.stmt.JSONTerm = r.countMarker(v)
 		default:
 			r.stmt.JSONTerm = Term{Kind: TermOther}
@@ -273,28 +291,28 @@ func (r *Recognizer) insertStmt() {
 		r.skipRest()
 		return
 	}
-	if !t.isPunct('(') {
+	if !t.IsPunct('(') {
 		r.fail()
 		return
 	}
 	first := len(r.rs)
 	for {
-		name, ok := r.ident(r.lex.next())
+		name, ok := r.ident(r.lex.Next())
 		if !ok {
 			r.fail()
 			return
 		}
 		r.rs = append(r.rs, Restriction{Column: name, Pinned: true})
-		sep := r.lex.next()
-		if sep.isPunct(')') {
+		sep := r.lex.Next()
+		if sep.IsPunct(')') {
 			break
 		}
-		if !sep.isPunct(',') {
+		if !sep.IsPunct(',') {
 			r.fail()
 			return
 		}
 	}
-	if !r.lex.next().isWord("values") || !r.lex.next().isPunct('(') {
+	if !r.lex.Next().IsWord("values") || !r.lex.Next().IsPunct('(') {
 		r.fail()
 		return
 	}
@@ -310,15 +328,15 @@ func (r *Recognizer) insertStmt() {
 		if term.Kind == TermOther {
 			r.rs[i].Pinned = false
 		}
-		sep := r.lex.next()
-		if sep.isPunct(')') {
+		sep := r.lex.Next()
+		if sep.IsPunct(')') {
 			if i != len(r.rs)-1 {
 				r.fail()
 				return
 			}
 			break
 		}
-		if !sep.isPunct(',') {
+		if !sep.IsPunct(',') {
 			r.fail()
 			return
 		}
@@ -360,34 +378,34 @@ func (r *Recognizer) where() bool {
 		if !r.relation() {
 			return false
 		}
-		if !r.lex.peek().isWord("and") {
+		if !r.lex.Peek().IsWord("and") {
 			break
 		}
-		r.lex.next()
+		r.lex.Next()
 	}
 	return true
 }
 
 // relation parses one relation, recording = and IN on a single column.
 func (r *Recognizer) relation() bool {
-	t := r.lex.next()
-	if t.isPunct('(') || t.isWord("token") {
+	t := r.lex.Next()
+	if t.IsPunct('(') || t.IsWord("token") {
 		// A multi-column or token relation: clustering columns or a token
 		// range, which pins nothing. Skip it, counting markers.
-		if t.isWord("token") {
-			if !r.lex.next().isPunct('(') {
+		if t.IsWord("token") {
+			if !r.lex.Next().IsPunct('(') {
 				return false
 			}
 		}
 		if !r.skipBalanced() {
 			return false
 		}
-		op := r.lex.next()
-		if op.kind != tokPunct && !op.isWord("in") {
+		op := r.lex.Next()
+		if op.Kind != Punct && !op.IsWord("in") {
 			return false
 		}
-		if op.isWord("in") || r.lex.peek().isPunct('(') {
-			r.lex.next()
+		if op.IsWord("in") || r.lex.Peek().IsPunct('(') {
+			r.lex.Next()
 			return r.skipBalanced()
 		}
 		_, ok := r.term()
@@ -397,9 +415,9 @@ func (r *Recognizer) relation() bool {
 	if !ok {
 		return false
 	}
-	op := r.lex.next()
+	op := r.lex.Next()
 	switch {
-	case op.isPunct('='):
+	case op.IsPunct('='):
 		term, ok := r.term()
 		if !ok {
 			return false
@@ -407,22 +425,22 @@ func (r *Recognizer) relation() bool {
 		r.terms = append(r.terms, term)
 		r.addRestriction(name, len(r.terms)-1, term.Kind != TermOther)
 		return true
-	case op.isWord("in"):
-		next := r.lex.peek()
-		if next.kind == tokMarker {
+	case op.IsWord("in"):
+		next := r.lex.Peek()
+		if next.Kind == Marker {
 			// IN ? binds a whole list: the partitions are not known here.
-			r.lex.next()
+			r.lex.Next()
 			r.countMarker(next)
 			r.addRestriction(name, len(r.terms), false)
 			return true
 		}
-		if !r.lex.next().isPunct('(') {
+		if !r.lex.Next().IsPunct('(') {
 			return false
 		}
 		first := len(r.terms)
 		pinned := true
-		if r.lex.peek().isPunct(')') {
-			r.lex.next()
+		if r.lex.Peek().IsPunct(')') {
+			r.lex.Next()
 		} else {
 			for {
 				term, ok := r.term()
@@ -431,31 +449,31 @@ func (r *Recognizer) relation() bool {
 				}
 				r.terms = append(r.terms, term)
 				pinned = pinned && term.Kind != TermOther
-				sep := r.lex.next()
-				if sep.isPunct(')') {
+				sep := r.lex.Next()
+				if sep.IsPunct(')') {
 					break
 				}
-				if !sep.isPunct(',') {
+				if !sep.IsPunct(',') {
 					return false
 				}
 			}
 		}
 		r.addRestriction(name, first, pinned)
 		return true
-	case op.kind == tokPunct || op.isWord("contains") || op.isWord("like"):
+	case op.Kind == Punct || op.IsWord("contains") || op.IsWord("like"):
 		// <, <=, >, >=, !=, CONTAINS [KEY], LIKE: a range or a filter.
-		if r.lex.peek().isWord("key") {
-			r.lex.next()
+		if r.lex.Peek().IsWord("key") {
+			r.lex.Next()
 		}
 		if _, ok := r.term(); !ok {
 			return false
 		}
 		r.addRestriction(name, len(r.terms), false)
 		return true
-	case op.isWord("is"):
+	case op.IsWord("is"):
 		// IS NOT NULL, in materialized view definitions.
-		r.lex.next()
-		r.lex.next()
+		r.lex.Next()
+		r.lex.Next()
 		r.addRestriction(name, len(r.terms), false)
 		return true
 	}
@@ -482,17 +500,17 @@ func (r *Recognizer) addRestriction(name []byte, first int, pinned bool) {
 func (r *Recognizer) skipUntilWord(w string) bool {
 	depth := 0
 	for {
-		t := r.lex.next()
+		t := r.lex.Next()
 		switch {
-		case t.kind == tokEOF:
+		case t.Kind == EOF:
 			return false
-		case t.kind == tokMarker:
+		case t.Kind == Marker:
 			r.countMarker(t)
-		case t.isPunct('(') || t.isPunct('[') || t.isPunct('{'):
+		case t.IsPunct('(') || t.IsPunct('[') || t.IsPunct('{'):
 			depth++
-		case t.isPunct(')') || t.isPunct(']') || t.isPunct('}'):
+		case t.IsPunct(')') || t.IsPunct(']') || t.IsPunct('}'):
 			depth--
-		case depth == 0 && t.isWord(w):
+		case depth == 0 && t.IsWord(w):
 			return true
 		}
 	}
@@ -502,15 +520,15 @@ func (r *Recognizer) skipUntilWord(w string) bool {
 func (r *Recognizer) skipBalanced() bool {
 	depth := 1
 	for depth > 0 {
-		t := r.lex.next()
+		t := r.lex.Next()
 		switch {
-		case t.kind == tokEOF:
+		case t.Kind == EOF:
 			return false
-		case t.kind == tokMarker:
+		case t.Kind == Marker:
 			r.countMarker(t)
-		case t.isPunct('(') || t.isPunct('[') || t.isPunct('{'):
+		case t.IsPunct('(') || t.IsPunct('[') || t.IsPunct('{'):
 			depth++
-		case t.isPunct(')') || t.isPunct(']') || t.isPunct('}'):
+		case t.IsPunct(')') || t.IsPunct(']') || t.IsPunct('}'):
 			depth--
 		}
 	}
@@ -519,16 +537,16 @@ func (r *Recognizer) skipBalanced() bool {
 
 // skipUsing skips USING TTL x AND TIMESTAMP y, counting markers.
 func (r *Recognizer) skipUsing() {
-	r.lex.next() // USING
+	r.lex.Next() // USING
 	for {
-		r.lex.next() // TTL or TIMESTAMP
-		if t := r.lex.next(); t.kind == tokMarker {
+		r.lex.Next() // TTL or TIMESTAMP
+		if t := r.lex.Next(); t.Kind == Marker {
 			r.countMarker(t)
 		}
-		if !r.lex.peek().isWord("and") {
+		if !r.lex.Peek().IsWord("and") {
 			return
 		}
-		r.lex.next()
+		r.lex.Next()
 	}
 }
 
@@ -537,22 +555,25 @@ func (r *Recognizer) skipUsing() {
 func (r *Recognizer) skipRest() {
 	depth := 0
 	for {
-		p := r.lex.peek()
+		p := r.lex.Peek()
 		switch {
-		case p.kind == tokEOF:
+		case p.Kind == EOF:
 			return
-		case depth == 0 && (p.isPunct(';') || p.isWord("apply")):
+		case depth == 0 && (p.IsPunct(';') || p.IsWord("apply")):
 			return
 		}
-		t := r.lex.next()
+		end := r.lex.End()
+		t := r.lex.Next()
 		switch {
-		case t.kind == tokMarker:
+		case t.Kind == Marker:
 			r.countMarker(t)
-		case t.isPunct('(') || t.isPunct('[') || t.isPunct('{'):
+		case t.IsPunct('(') || t.IsPunct('[') || t.IsPunct('{'):
 			depth++
-		case t.isPunct(')') || t.isPunct(']') || t.isPunct('}'):
+		case t.IsPunct(')') || t.IsPunct(']') || t.IsPunct('}'):
 			depth--
-		case depth == 0 && t.isWord("if"):
+		case depth == 0 && t.IsWord("using"):
+			r.trailingTimeout(end)
+		case depth == 0 && t.IsWord("if"):
 			if r.stmt.Kind != StmtSelect {
 				r.stmt.LWT = true
 			}
@@ -562,13 +583,13 @@ func (r *Recognizer) skipRest() {
 
 // ident returns an identifier token's name: lower-cased when unquoted (CQL
 // folds them), as written when quoted ("" stands for ").
-func (r *Recognizer) ident(t token) ([]byte, bool) {
-	switch t.kind {
-	case tokWord:
-		for _, c := range t.text {
+func (r *Recognizer) ident(t Token) ([]byte, bool) {
+	switch t.Kind {
+	case Word:
+		for _, c := range t.Text {
 			if c >= 'A' && c <= 'Z' {
 				start := len(r.names)
-				for _, c := range t.text {
+				for _, c := range t.Text {
 					if c >= 'A' && c <= 'Z' {
 						c += 'a' - 'A'
 					}
@@ -577,9 +598,9 @@ func (r *Recognizer) ident(t token) ([]byte, bool) {
 				return r.names[start:len(r.names):len(r.names)], true
 			}
 		}
-		return t.text, true
-	case tokQuotedIdent:
-		body := t.text[1 : len(t.text)-1]
+		return t.Text, true
+	case QuotedName:
+		body := t.Text[1 : len(t.Text)-1]
 		if bytes.IndexByte(body, '"') < 0 {
 			return body, true
 		}

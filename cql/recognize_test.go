@@ -1,4 +1,4 @@
-package frame
+package cql
 
 import (
 	"fmt"
@@ -177,6 +177,12 @@ var recognizeCases = []recognizeCase{
 	{q: "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}", kind: StmtOther},
 	{q: "DROP TABLE ks.t", kind: StmtOther},
 	{q: "ALTER TABLE ks.t ADD v int", kind: StmtOther},
+	// A ':' in a map or user type literal separates; a marker inside one
+	// still counts, so later markers keep their positions.
+	{q: "INSERT INTO ks.t (m, k) VALUES ({'a':1}, ?)", kind: StmtInsert, ks: "ks", tbl: "t", rs: "m=lit:{'a':1} k=?0", markers: 1},
+	{q: "INSERT INTO ks.t (u, k) VALUES ({f:true,g:x}, ?)", kind: StmtInsert, ks: "ks", tbl: "t", rs: "u=lit:{f:true,g:x} k=?0", markers: 1},
+	{q: "INSERT INTO ks.t (m, k) VALUES ({'a': :v}, ?)", kind: StmtInsert, ks: "ks", tbl: "t", rs: "m=other! k=?1", markers: 2},
+	{q: "UPDATE ks.t SET m = {:a : :b, 'c': [:d]} WHERE k = ?", kind: StmtUpdate, ks: "ks", tbl: "t", rs: "k=?3", markers: 4},
 	{q: "TRUNCATE ks.t", kind: StmtOther},
 	{q: "CREATE INDEX ON ks.t (v)", kind: StmtOther},
 	{q: "GRANT SELECT ON ks.t TO role", kind: StmtOther},
@@ -308,4 +314,38 @@ func FuzzRecognize(f *testing.F) {
 		}
 		r.Statements([]byte(q), func(*Statement) {})
 	})
+}
+
+func TestFrom(t *testing.T) {
+	tests := []struct {
+		q       string
+		ks, tbl string
+		ok      bool
+	}{
+		{"SELECT * FROM system.local WHERE key='local'", "system", "local", true},
+		{"select peer, rpc_address from system.peers", "system", "peers", true},
+		{"SELECT * FROM system.peers_v2", "system", "peers_v2", true},
+		{"SELECT * FROM system.local WHERE key='local' USING TIMEOUT 30000ms", "system", "local", true},
+		{"  /* c */ SeLeCt schema_version FrOm \"system\".\"local\" -- x", "system", "local", true},
+		{"SELECT * FROM System.Local", "system", "local", true},
+		{"SELECT * FROM system.\"Local\"", "system", "Local", true},
+		{"SELECT token(k) FROM ks.t", "ks", "t", true},
+		{"SELECT count(*) FROM t", "", "t", true},
+		{"SELECT 'from x' AS a FROM ks.t", "ks", "t", true},
+		{"SELECT fromage FROM ks.t", "ks", "t", true},
+		{"SELECT * FROM ks.t WHERE k ~ nonsense", "ks", "t", true},
+		{"SELECT * FROM \"Ks\".\"My\"\"T\"", "Ks", "My\"T", true},
+		{"INSERT INTO system.local (key) VALUES ('x')", "", "", false},
+		{"SELECTx FROM t", "", "", false},
+		{"SELECT * FROM", "", "", false},
+		{"", "", "", false},
+	}
+	var r Recognizer
+	for _, tt := range tests {
+		r.Recognize([]byte(tt.q))
+		ks, tbl, ok := r.From()
+		if ok != tt.ok || string(ks) != tt.ks || string(tbl) != tt.tbl {
+			t.Errorf("From(%q) = %q, %q, %v; want %q, %q, %v", tt.q, ks, tbl, ok, tt.ks, tt.tbl, tt.ok)
+		}
+	}
 }

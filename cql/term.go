@@ -1,62 +1,62 @@
-package frame
+package cql
 
 // Terms of the recogniser: literals, bind markers, type hints and what
 // pins nothing (see cql.go).
 
 // term parses one term, reporting false on a syntax it cannot follow.
 func (r *Recognizer) term() (Term, bool) {
-	t := r.lex.next()
-	switch t.kind {
-	case tokString, tokNumber, tokUUID, tokBlob:
-		return r.maybeExpr(Term{Kind: TermLiteral, Text: t.text})
-	case tokMarker:
+	t := r.lex.Next()
+	switch t.Kind {
+	case String, Number, Duration, UUID, Blob:
+		return r.maybeExpr(Term{Kind: TermLiteral, Text: t.Text})
+	case Marker:
 		return r.maybeExpr(r.countMarker(t))
-	case tokWord:
+	case Word:
 		switch {
 		case isLiteralWord(t):
-			return r.maybeExpr(Term{Kind: TermLiteral, Text: t.text})
-		case r.lex.peek().isPunct('('):
+			return r.maybeExpr(Term{Kind: TermLiteral, Text: t.Text})
+		case r.lex.Peek().IsPunct('('):
 			// A function call: computed by the server.
-			r.lex.next()
+			r.lex.Next()
 			if !r.skipBalanced() {
 				return Term{}, false
 			}
 			return Term{Kind: TermOther}, true
 		}
 		return Term{Kind: TermOther}, true
-	case tokPunct:
-		switch t.text[0] {
+	case Punct:
+		switch t.Text[0] {
 		case '-':
-			// A negative number, or -NaN/-Infinity.
-			n := r.lex.next()
-			if n.kind == tokNumber || n.isWord("nan") || n.isWord("infinity") {
-				return r.maybeExpr(Term{Kind: TermLiteral, Text: r.lex.src[t.start:n.end]})
+			// A negative number or duration, or -NaN/-Infinity.
+			n := r.lex.Next()
+			if n.Kind == Number || n.Kind == Duration || n.IsWord("nan") || n.IsWord("infinity") {
+				return r.maybeExpr(Term{Kind: TermLiteral, Text: r.lex.Src()[t.Start:n.End]})
 			}
 			return Term{}, false
 		case '[', '{', '(':
 			// A collection, tuple or UDT literal (or a cast, for '('): keep
 			// its text, and count the markers inside.
-			start, end := t.start, t.end
+			start, end := t.Start, t.End
 			depth := 1
 			marked := false
 			// A type, as in a type hint, is words, <, > and commas, and
 			// starts with a word that is no literal.
-			typeLike := t.text[0] == '(' && r.lex.peek().kind == tokWord && !isLiteralWord(r.lex.peek())
+			typeLike := t.Text[0] == '(' && r.lex.Peek().Kind == Word && !isLiteralWord(r.lex.Peek())
 			for depth > 0 {
-				n := r.lex.next()
-				end = n.end
+				n := r.lex.Next()
+				end = n.End
 				switch {
-				case n.kind == tokEOF:
+				case n.Kind == EOF:
 					return Term{}, false
-				case n.kind == tokMarker:
+				case n.Kind == Marker:
 					r.countMarker(n)
 					marked = true
-				case n.isPunct('[') || n.isPunct('{') || n.isPunct('('):
+				case n.IsPunct('[') || n.IsPunct('{') || n.IsPunct('('):
 					depth++
-				case n.isPunct(']') || n.isPunct('}') || n.isPunct(')'):
+				case n.IsPunct(']') || n.IsPunct('}') || n.IsPunct(')'):
 					depth--
 				}
-				if depth > 0 && n.kind != tokWord && !n.isPunct('<') && !n.isPunct('>') && !n.isPunct(',') {
+				if depth > 0 && n.Kind != Word && !n.IsPunct('<') && !n.IsPunct('>') && !n.IsPunct(',') {
 					typeLike = false
 				}
 			}
@@ -74,22 +74,22 @@ func (r *Recognizer) term() (Term, bool) {
 				}
 				return inner, true
 			}
-			return r.maybeExpr(Term{Kind: TermLiteral, Text: r.lex.src[start:end]})
+			return r.maybeExpr(Term{Kind: TermLiteral, Text: r.lex.Src()[start:end]})
 		}
 	}
 	return Term{}, false
 }
 
 // isLiteralWord reports whether t is a word that is a literal.
-func isLiteralWord(t token) bool {
-	return t.isWord("true") || t.isWord("false") || t.isWord("nan") || t.isWord("infinity") || t.isWord("null")
+func isLiteralWord(t Token) bool {
+	return t.IsWord("true") || t.IsWord("false") || t.IsWord("nan") || t.IsWord("infinity") || t.IsWord("null")
 }
 
 // maybeExpr turns a term followed by arithmetic into TermOther.
 func (r *Recognizer) maybeExpr(t Term) (Term, bool) {
-	p := r.lex.peek()
-	if p.isPunct('+') || p.isPunct('-') || p.isPunct('*') || p.isPunct('/') || p.isPunct('%') {
-		r.lex.next()
+	p := r.lex.Peek()
+	if p.IsPunct('+') || p.IsPunct('-') || p.IsPunct('*') || p.IsPunct('/') || p.IsPunct('%') {
+		r.lex.Next()
 		if _, ok := r.term(); !ok {
 			return Term{}, false
 		}
@@ -99,10 +99,10 @@ func (r *Recognizer) maybeExpr(t Term) (Term, bool) {
 }
 
 // countMarker numbers a bind marker.
-func (r *Recognizer) countMarker(t token) Term {
-	if len(t.text) > 1 {
+func (r *Recognizer) countMarker(t Token) Term {
+	if len(t.Text) > 1 {
 		// :name; a named marker also takes a position.
-		name, _ := r.ident(token{kind: t.nameKind, text: t.text[1:]})
+		name, _ := r.ident(r.lex.MarkerName(t))
 		r.marker++
 		return Term{Kind: TermNamed, Text: name, Index: r.marker - 1}
 	}
