@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
@@ -28,12 +29,12 @@ import (
 
 // startAttackProxy runs a proxy on a port of its own in front of upstream,
 // with schema snap (nil: none), and returns it and its address.
-func startAttackProxy(t *testing.T, upstream string, snap *schema.Snapshot, edit func(*Config)) (*Proxy, string) {
+func startAttackProxy(t *testing.T, upstream string, snap *schema.Snapshot, edit func(*config.Config)) (*Proxy, string) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{upstream}
-	cfg.DialTimeout = Duration(time.Second)
+	cfg.DialTimeout = config.Duration(time.Second)
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -223,7 +224,7 @@ func TestLargePreparesBounded(t *testing.T) {
 	// The stub node keeps nothing of what it prepares.
 	node := startStubNode(t, "127.0.0.1:0")
 	const bound = 4 << 20
-	p, addr := startAttackProxy(t, node.ln.Addr().String(), testSnapshot(t), func(c *Config) {
+	p, addr := startAttackProxy(t, node.ln.Addr().String(), testSnapshot(t), func(c *config.Config) {
 		c.MaxFrameBytes = 2 << 20
 		c.MaxPreparedBytes = bound
 	})
@@ -337,7 +338,7 @@ func TestIdleAfterDriverLoad(t *testing.T) {
 func TestClientResetIsNotUpstreamLost(t *testing.T) {
 	var log logLines
 	node := startStubNode(t, "127.0.0.1:0")
-	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.ln.Addr().String(), func(c *Config) {
+	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.ln.Addr().String(), func(c *config.Config) {
 		c.MaxInFlightPerConnection = 2
 		c.MaxFrameBytes = 1 << 20
 	})
@@ -372,11 +373,7 @@ func TestClientResetIsNotUpstreamLost(t *testing.T) {
 // changes the algorithm replaces the limiter: an alert on their rate must
 // not see a reset that is not one.
 func TestLimiterCountersSurviveReload(t *testing.T) {
-	path := writeConfig(t, "limits: {algorithm: token-bucket, burst: 1}\n")
-	cfg, err := LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseConfig(t, "limits: {algorithm: token-bucket, burst: 1}\n")
 	reg := prometheus.NewRegistry()
 	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{}))
 	if err != nil {
@@ -413,8 +410,7 @@ func TestLimiterCountersSurviveReload(t *testing.T) {
 				wantAccepted++
 			}
 		}
-		rewrite(t, path, text)
-		if err := p.ReloadConfig(path); err != nil {
+		if err := reload(p, text); err != nil {
 			t.Fatal(err)
 		}
 		if a, r := decisions(); a != wantAccepted || r != wantRejected {
@@ -483,7 +479,7 @@ func TestFailedUseKeepsKeyspace(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
 	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}), WithObserver(observe))
@@ -508,10 +504,10 @@ func TestFailedUseKeepsKeyspace(t *testing.T) {
 func TestManyPartitionsCountedOrRefused(t *testing.T) {
 	var log logLines
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-	limit := OpsPerSecond(1000000)
-	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), func(c *Config) {
+	limit := config.OpsPerSecond(1000000)
+	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), func(c *config.Config) {
 		c.MaxFrameBytes = 1 << 20
-		c.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
+		c.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
 	})
 	b.p.schema = staticSchema{testSnapshot(t)}
 	c := dialBad(t, b.addr, 4, nil)

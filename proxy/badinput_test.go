@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -67,14 +68,14 @@ type badInputProxy struct {
 // startBadInputProxy runs a proxy on listen in front of upstream, with a
 // small max_frame_bytes and a short frame_timeout, logging into log; edit,
 // if not nil, changes its configuration further.
-func startBadInputProxy(t *testing.T, log *logLines, listen, upstream string, edit func(*Config)) *badInputProxy {
+func startBadInputProxy(t *testing.T, log *logLines, listen, upstream string, edit func(*config.Config)) *badInputProxy {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = listen, []string{upstream}
 	cfg.MaxFrameBytes = 1024
-	cfg.FrameTimeout = Duration(200 * time.Millisecond)
-	cfg.DialTimeout = Duration(time.Second)
+	cfg.FrameTimeout = config.Duration(200 * time.Millisecond)
+	cfg.DialTimeout = config.Duration(time.Second)
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -237,7 +238,7 @@ func TestBadInput(t *testing.T) {
 	// Nothing listens on 127.0.0.11:19103.
 	dir := t.TempDir()
 	cert, key := newTestCA(t).issue(t, "cqlguard", 2)
-	tlsFiles := TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key")}
+	tlsFiles := config.TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key")}
 	writeFile(t, tlsFiles.CertFile, cert)
 	writeFile(t, tlsFiles.KeyFile, key)
 	proxies := map[string]*badInputProxy{
@@ -245,7 +246,7 @@ func TestBadInput(t *testing.T) {
 		"stub": startBadInputProxy(t, &log, "127.0.0.12:19101", "127.0.0.11:19101", nil),
 		"big":  startBadInputProxy(t, &log, "127.0.0.12:19102", "127.0.0.11:19102", nil),
 		"none": startBadInputProxy(t, &log, "127.0.0.12:19103", "127.0.0.11:19103", nil),
-		"tls": startBadInputProxy(t, &log, "127.0.0.12:19104", "127.0.0.11:19100", func(c *Config) {
+		"tls": startBadInputProxy(t, &log, "127.0.0.12:19104", "127.0.0.11:19100", func(c *config.Config) {
 			c.TLS = tlsFiles
 		}),
 	}

@@ -12,6 +12,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -67,7 +68,7 @@ func echoUpstream(b *testing.B, addr string) {
 // client and upstream here allocate nothing, so they are the proxy's.
 func BenchmarkForwardExecute(b *testing.B) {
 	echoUpstream(b, "127.0.0.3:19060")
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.5:19060", []string{"127.0.0.3:19060"}, ""
 	startBenchProxy(b, cfg)
 
@@ -118,7 +119,7 @@ func BenchmarkForwardExecute(b *testing.B) {
 	}
 }
 
-func startBenchProxy(b *testing.B, cfg Config) *Proxy {
+func startBenchProxy(b *testing.B, cfg config.Config) *Proxy {
 	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 	if err != nil {
 		b.Fatal(err)
@@ -143,7 +144,7 @@ func BenchmarkGocqlThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(node.Close)
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{node.Addr()}, ""
 	_, addr := serveProxy(b, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(b)}))
 	for _, tc := range []struct{ name, host string }{{"direct", node.Addr()}, {"cqlguard", addr}} {

@@ -14,6 +14,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -213,7 +214,7 @@ func checkIdleStreams(t *testing.T, p *Proxy) {
 }
 
 func startFuzzProxy(f *testing.F, upstream string) (*Proxy, string) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{upstream}
 	return serveProxy(f, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(f)}))

@@ -12,6 +12,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -21,9 +22,9 @@ import (
 func TestFrameTimeout(t *testing.T) {
 	t.Parallel()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-	_, addr := startProxy(t, func(c *Config) {
+	_, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
-		c.FrameTimeout = Duration(300 * time.Millisecond)
+		c.FrameTimeout = config.Duration(300 * time.Millisecond)
 	})
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 7, Opcode: frame.OpOptions})
 
@@ -53,7 +54,7 @@ func TestFrameTimeout(t *testing.T) {
 func TestMaxConnections(t *testing.T) {
 	t.Parallel()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-	_, addr := startProxy(t, func(c *Config) {
+	_, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.MaxConnections = 1
 	})
@@ -94,7 +95,7 @@ func TestMaxConnections(t *testing.T) {
 func TestUpstreamLostAnswersInFlight(t *testing.T) {
 	t.Parallel()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{ResetQuery: "boom"})
-	_, addr := startProxy(t, func(c *Config) {
+	_, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	})
 	c := dialRaw(t, addr, 4)
@@ -126,7 +127,7 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 func TestMaxInFlightPerConnection(t *testing.T) {
 	t.Parallel()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{SlowQuery: "slow", SlowFor: 50 * time.Millisecond})
-	p, addr := startProxy(t, func(c *Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.MaxInFlightPerConnection = 2
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/test/fakenode"
@@ -21,12 +22,12 @@ import (
 func TestEnforceLimits(t *testing.T) {
 	t.Parallel()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	cfg.Limits.Algorithm = ratelimit.AlgorithmTokenBucket
-	two := OpsPerSecond(2)
-	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxReadsPerSecond: &two}}}}
+	two := config.OpsPerSecond(2)
+	cfg.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxReadsPerSecond: &two}}}}
 	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +99,11 @@ func TestEnforceLimits(t *testing.T) {
 // partition's limit: accepted (a partition under its limit) and rejected
 // (one far over it, answer excluded).
 func BenchmarkDecide(b *testing.B) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Upstreams = []string{"127.0.0.1:1"}
-	limit := OpsPerSecond(1000)
-	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
+	limit := config.OpsPerSecond(1000)
+	cfg.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
 	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(b)}))
 	if err != nil {
 		b.Fatal(err)

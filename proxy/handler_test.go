@@ -10,20 +10,21 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
 // handlerSession is a session with no sockets, whose handler a test calls
 // directly, on a proxy limiting ks.kv to one write a second (token bucket,
 // so that decisions at a fixed time are exact).
-func handlerSession(t *testing.T, edit func(*Config)) *session {
+func handlerSession(t *testing.T, edit func(*config.Config)) *session {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Upstreams = []string{"127.0.0.1:1"}
-	one := OpsPerSecond(1)
+	one := config.OpsPerSecond(1)
 	cfg.Limits.Algorithm = "token-bucket"
-	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxWritesPerSecond: &one, MaxReadsPerSecond: &one}}}}
+	cfg.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxWritesPerSecond: &one, MaxReadsPerSecond: &one}}}}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -52,7 +53,7 @@ func TestHandle(t *testing.T) {
 	forwarded := func(r reply) want { return want{answer: -1, reply: r} }
 	cases := []struct {
 		name   string
-		edit   func(*Config)
+		edit   func(*config.Config)
 		setup  func(s *session)
 		frames [][]byte
 		want   []want
@@ -76,7 +77,7 @@ func TestHandle(t *testing.T) {
 			want: []want{forwarded(replyForward), {answer: frame.ErrCodeConfig, msg: "Per-partition rate limit reached for write in table ks.kv"}, forwarded(replyForward)}},
 		{name: "limit: the rate-limit error to a driver that opted in", setup: func(s *session) { s.rateLimitOptIn = true }, frames: [][]byte{write, write},
 			want: []want{forwarded(replyForward), {answer: frame.ErrCodeRateLimit, msg: "rejected by coordinator"}}},
-		{name: "dry run", edit: func(c *Config) { c.Limits.DryRun = true }, frames: [][]byte{write, write},
+		{name: "dry run", edit: func(c *config.Config) { c.Limits.DryRun = true }, frames: [][]byte{write, write},
 			want: []want{forwarded(replyForward), forwarded(replyForward)}},
 		{name: "internal queries are not limited", frames: [][]byte{query(1, "SELECT * FROM system.local"), query(2, "SELECT * FROM system.local")},
 			want: []want{forwarded(replyLocal), forwarded(replyLocal)}},

@@ -15,10 +15,6 @@ import (
 	"github.com/cqlguard/cqlguard/schema"
 )
 
-// maxHotPartitions bounds admin.hot_partitions: /hot is for people, and
-// the sketch's lock is taken on every request.
-const maxHotPartitions = 10000
-
 // hotKeyBytes is how much of a partition key /hot keeps.
 const hotKeyBytes = 64
 

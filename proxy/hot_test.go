@@ -10,17 +10,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cqlguard/cqlguard/config"
 )
 
 // /hot lists the busiest partitions, busiest first, with their table, op,
 // key and limit, and the limiter's table statistics are exported.
 func TestHotPartitions(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	cfg.Upstreams = []string{"127.0.0.1:1"}
 	cfg.Admin.ShowKeys = true
-	limit := OpsPerSecond(1000)
-	cfg.Limits.Keyspaces = map[string]KeyspaceLimits{"ks": {Tables: map[string]RateLimits{"kv": {MaxWritesPerSecond: &limit}}}}
+	limit := config.OpsPerSecond(1000)
+	cfg.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxWritesPerSecond: &limit}}}}
 	reg := prometheus.NewRegistry()
 	snap := testSnapshot(t)
 	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{snap}))
@@ -87,7 +89,7 @@ cqlguard_rate_limiter_entries 1
 }
 
 func TestHotOff(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen, cfg.Admin.HotPartitions = "", 0
 	cfg.Upstreams = []string{"127.0.0.1:1"}
 	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
@@ -113,19 +115,19 @@ func TestAdminSurface(t *testing.T) {
 	writeFile(t, tokenFile, []byte("s3cret\n"))
 	cases := []struct {
 		name          string
-		edit          func(*AdminConfig)
+		edit          func(*config.AdminConfig)
 		method, path  string
 		authorization string
 		want          int
 		wantKey       bool
 	}{
 		{"keys redacted by default", nil, "GET", "/hot", "", http.StatusOK, false},
-		{"keys shown when asked", func(c *AdminConfig) { c.ShowKeys = true }, "GET", "/hot", "", http.StatusOK, true},
-		{"token missing", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "", http.StatusUnauthorized, false},
-		{"token wrong", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "Bearer s3cre", http.StatusUnauthorized, false},
-		{"token right", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "Bearer s3cret", http.StatusOK, false},
-		{"metrics open with a token set", func(c *AdminConfig) { c.TokenFile = tokenFile }, "GET", "/metrics", "", http.StatusOK, false},
-		{"healthz open with a token set", func(c *AdminConfig) { c.TokenFile = tokenFile }, "HEAD", "/healthz", "", http.StatusOK, false},
+		{"keys shown when asked", func(c *config.AdminConfig) { c.ShowKeys = true }, "GET", "/hot", "", http.StatusOK, true},
+		{"token missing", func(c *config.AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "", http.StatusUnauthorized, false},
+		{"token wrong", func(c *config.AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "Bearer s3cre", http.StatusUnauthorized, false},
+		{"token right", func(c *config.AdminConfig) { c.TokenFile = tokenFile }, "GET", "/hot", "Bearer s3cret", http.StatusOK, false},
+		{"metrics open with a token set", func(c *config.AdminConfig) { c.TokenFile = tokenFile }, "GET", "/metrics", "", http.StatusOK, false},
+		{"healthz open with a token set", func(c *config.AdminConfig) { c.TokenFile = tokenFile }, "HEAD", "/healthz", "", http.StatusOK, false},
 		{"POST /hot", nil, "POST", "/hot", "", http.StatusMethodNotAllowed, false},
 		{"DELETE /metrics", nil, "DELETE", "/metrics", "", http.StatusMethodNotAllowed, false},
 		{"PUT /healthz", nil, "PUT", "/healthz", "", http.StatusMethodNotAllowed, false},
@@ -133,7 +135,7 @@ func TestAdminSurface(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := DefaultConfig()
+			cfg := config.Default()
 			cfg.Admin.Listen = ""
 			cfg.Upstreams = []string{"127.0.0.1:1"}
 			if tc.edit != nil {
@@ -182,16 +184,16 @@ func TestAdminSurface(t *testing.T) {
 func TestAdminTokenErrors(t *testing.T) {
 	cases := []struct {
 		name string
-		edit func(*AdminConfig)
+		edit func(*config.AdminConfig)
 		want string
 	}{
-		{"missing file", func(c *AdminConfig) { c.TokenFile = "/nonexistent/token" }, "admin.token_file"},
-		{"empty file", func(c *AdminConfig) { c.TokenFile = os.DevNull }, "is empty"},
-		{"unset variable", func(c *AdminConfig) { c.TokenEnv = "CQLGUARD_TEST_UNSET_TOKEN" }, "admin.token_env"},
-		{"both", func(c *AdminConfig) { c.TokenFile, c.TokenEnv = "x", "y" }, "not both"},
+		{"missing file", func(c *config.AdminConfig) { c.TokenFile = "/nonexistent/token" }, "admin.token_file"},
+		{"empty file", func(c *config.AdminConfig) { c.TokenFile = os.DevNull }, "is empty"},
+		{"unset variable", func(c *config.AdminConfig) { c.TokenEnv = "CQLGUARD_TEST_UNSET_TOKEN" }, "admin.token_env"},
+		{"both", func(c *config.AdminConfig) { c.TokenFile, c.TokenEnv = "x", "y" }, "not both"},
 	}
 	for _, tc := range cases {
-		cfg := DefaultConfig()
+		cfg := config.Default()
 		cfg.Admin.Listen = ""
 		cfg.Upstreams = []string{"127.0.0.1:1"}
 		tc.edit(&cfg.Admin)

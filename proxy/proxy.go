@@ -23,13 +23,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
 // Proxy accepts client connections and pairs each with one connection to an
 // upstream node.
 type Proxy struct {
-	cfg      Config
+	cfg      config.Config
 	log      zerolog.Logger
 	metrics  *Metrics
 	topo     *topology
@@ -70,7 +71,7 @@ type Proxy struct {
 	upstreamTLS atomic.Pointer[tls.Config]
 
 	// limits are the per-partition limits now in effect and limiter the
-	// counters that enforce them; ReloadConfig swaps both. The request path
+	// counters that enforce them; Reload swaps both. The request path
 	// loads each once per request.
 	limits  atomic.Pointer[limits]
 	limiter atomic.Pointer[ratelimit.Limiter]
@@ -87,7 +88,7 @@ type Proxy struct {
 	lastID    uint64
 }
 
-// Option configures a Proxy beyond its Config.
+// Option configures a Proxy beyond its config.Config.
 type Option func(*Proxy)
 
 // WithObserver has the proxy call fn with the classification of every
@@ -105,7 +106,7 @@ func WithSchema(src SchemaSource) Option {
 
 // New returns a proxy for cfg, registering its metrics with reg. Unless an
 // option says otherwise, it starts loading the upstream's schema.
-func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Option) (*Proxy, error) {
+func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Option) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Opti
 	for _, opt := range opts {
 		opt(p)
 	}
-	if p.adminToken, err = cfg.Admin.token(); err != nil {
+	if p.adminToken, err = cfg.Admin.Token(); err != nil {
 		return nil, err
 	}
 	if cfg.Admin.HotPartitions > 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
 	"github.com/cqlguard/cqlguard/test/fakenode"
@@ -51,12 +52,12 @@ func testLogger() zerolog.Logger {
 	return zerolog.New(io.Discard)
 }
 
-// startProxy runs a proxy for cfg (over DefaultConfig) until the test ends,
+// startProxy runs a proxy for cfg (over config.Default) until the test ends,
 // and returns it and the address it listens on (cfg.Listen may name port
 // 0).
-func startProxy(t *testing.T, edit func(*Config)) (*Proxy, string) {
+func startProxy(t *testing.T, edit func(*config.Config)) (*Proxy, string) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Admin.Listen = ""
 	edit(&cfg)
 	return serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
@@ -65,7 +66,7 @@ func startProxy(t *testing.T, edit func(*Config)) (*Proxy, string) {
 // serveProxy runs a proxy for cfg, listening on cfg.Listen (which may name
 // port 0), until the test ends, and returns it and the address it listens
 // on.
-func serveProxy(tb testing.TB, cfg Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Option) (*Proxy, string) {
+func serveProxy(tb testing.TB, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Option) (*Proxy, string) {
 	tb.Helper()
 	p, err := New(cfg, log, reg, opts...)
 	if err != nil {
@@ -118,12 +119,12 @@ func uniq(s []string) []string {
 func TestNodeModeDriverSeesOnlyProxies(t *testing.T) {
 	fakeNode(t, "127.0.0.3:19042", fakenode.Options{Peers: []string{"127.0.0.4"}})
 	fakeNode(t, "127.0.0.4:19042", fakenode.Options{Peers: []string{"127.0.0.3"}})
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Mode, c.Upstreams = "127.0.0.5:19042", ModeNode, []string{"127.0.0.3:19042"}
+	startProxy(t, func(c *config.Config) {
+		c.Listen, c.Mode, c.Upstreams = "127.0.0.5:19042", config.ModeNode, []string{"127.0.0.3:19042"}
 		c.Peers = map[string]string{"127.0.0.4": "127.0.0.6:19042"}
 	})
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19042", ModeNode, []string{"127.0.0.4:19042"}
+	startProxy(t, func(c *config.Config) {
+		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19042", config.ModeNode, []string{"127.0.0.4:19042"}
 		c.Peers = map[string]string{"127.0.0.3": "127.0.0.5:19042"}
 	})
 
@@ -162,7 +163,7 @@ func TestNodeModeDriverSeesOnlyProxies(t *testing.T) {
 // whole ring, in every protocol version and compression.
 func TestClusterModeTopology(t *testing.T) {
 	fakeNode(t, "127.0.0.3:19043", fakenode.Options{Peers: []string{"127.0.0.4"}})
-	p, _ := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.5:19043", []string{"127.0.0.3:19043"}
 	})
 	for _, tc := range []struct {
@@ -244,7 +245,7 @@ func errorOf(t *testing.T, h frame.Header, body []byte) (int32, string) {
 // Bad input gets a protocol error, and the connection goes on where it can.
 func TestBadFrames(t *testing.T) {
 	fakeNode(t, "127.0.0.3:19044", fakenode.Options{})
-	startProxy(t, func(c *Config) {
+	startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.5:19044", []string{"127.0.0.3:19044"}
 		c.MaxFrameBytes = 1024
 	})

@@ -1,29 +1,23 @@
 package proxy
 
 import (
-	"context"
-	"crypto/sha256"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
 // reloader is the state of configuration reloads.
 type reloader struct {
-	mu sync.Mutex // serializes reloads: SIGHUP and the file watcher may race
+	mu sync.Mutex // serializes reloads
 	// last is the configuration last applied, to report what a reload
 	// cannot apply.
-	last Config
-	// sum is the SHA-256 of the file contents last applied or refused, so
-	// that the watcher reloads only contents it has not tried.
-	sum         [sha256.Size]byte
+	last        config.Config
 	success     prometheus.Counter
 	failure     prometheus.Counter
 	lastSuccess prometheus.Gauge
@@ -44,7 +38,7 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 	p.limiter.Store(lim)
 
 	r := &p.reload
-	r.last, r.sum = p.cfg, p.cfg.source
+	r.last = p.cfg
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cqlguard_config_reloads_total",
 		Help: "Configuration reloads (SIGHUP or file change), by result.",
@@ -60,10 +54,11 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 	return nil
 }
 
-// ReloadConfig reads the configuration file at path again, with the checks
-// LoadConfig makes, and applies what can change while running: the limits
-// section. Requests see the new limits as soon as it returns, and the old
-// ones until then.
+// Reload applies cfg, the configuration file loaded again, as far as it
+// can change while running: the limits section, and the certificates,
+// which are read again even when their paths did not change, since a
+// reload is how a renewed certificate takes effect. Requests see the new
+// limits as soon as it returns, and the old ones until then.
 //
 // If the limiter's own settings changed (limits.algorithm, limits.memory,
 // or limits.burst with the token-bucket algorithm), a new limiter replaces
@@ -71,65 +66,50 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 // through for up to a second or a burst. Other settings take effect on
 // restart only; those that changed are logged.
 //
-// A file that cannot be read or is not valid changes nothing: the error,
-// which names the file and line, is logged, counted and returned.
-func (p *Proxy) ReloadConfig(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		err = fmt.Errorf("reading config: %w", err)
-	}
-	return p.reloadConfig(path, data, err, false)
-}
-
-// reloadConfig applies data, the contents of the file at path, unless
-// reading it failed with readErr. If onlyNew, contents already applied or
-// refused are skipped.
-func (p *Proxy) reloadConfig(path string, data []byte, readErr error, onlyNew bool) error {
+// A configuration that is not valid, or whose certificates do not load,
+// changes nothing: the error is logged, counted and returned.
+func (p *Proxy) Reload(cfg config.Config) error {
 	r := &p.reload
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := readErr
-	var cfg Config
-	if err == nil {
-		sum := sha256.Sum256(data)
-		if onlyNew && sum == r.sum {
-			return nil
-		}
-		r.sum = sum
-		cfg, err = parseConfig(path, data)
-	}
+	err := cfg.Validate()
 	if err == nil {
 		err = p.applyLimits(cfg.Limits)
 	}
 	if err == nil {
-		// Certificates are read again even when their paths did not
-		// change: a reload is how a renewed certificate takes effect.
 		err = p.loadTLS(cfg.TLS)
 	}
 	if err == nil {
 		err = p.loadUpstreamTLS(cfg.UpstreamTLS)
 	}
 	if err != nil {
-		r.failure.Inc()
-		p.log.Error().Err(err).Str("config", path).Msg("configuration not reloaded; the previous one stays in effect")
+		p.ReloadFailed(cfg.File(), err)
 		return err
 	}
 	for _, key := range restartOnlyChanges(r.last, cfg) {
-		p.log.Warn().Str("config", path).Str("key", key).
+		p.log.Warn().Str("config", cfg.File()).Str("key", key).
 			Msg("setting differs from the running configuration and takes effect on restart only")
 	}
 	r.last = cfg
 	r.success.Inc()
 	r.lastSuccess.SetToCurrentTime()
 	l := cfg.Limits
-	p.log.Info().Str("config", path).Bool("dry_run", l.DryRun).Int("keyspaces", len(l.Keyspaces)).
+	p.log.Info().Str("config", cfg.File()).Bool("dry_run", l.DryRun).Int("keyspaces", len(l.Keyspaces)).
 		Msg("configuration reloaded")
 	return nil
 }
 
+// ReloadFailed records that the configuration file at path could not be
+// loaded again, with err, which names the file and line: it is logged and
+// counted as a failed reload, and the running configuration stays.
+func (p *Proxy) ReloadFailed(path string, err error) {
+	p.reload.failure.Inc()
+	p.log.Error().Err(err).Str("config", path).Msg("configuration not reloaded; the previous one stays in effect")
+}
+
 // applyLimits swaps in the limits of cfg, and a new limiter if they need
 // one.
-func (p *Proxy) applyLimits(cfg LimitsConfig) error {
+func (p *Proxy) applyLimits(cfg config.LimitsConfig) error {
 	l, err := newLimits(cfg)
 	if err != nil {
 		return err
@@ -160,10 +140,10 @@ func (p *Proxy) limiterConfig(l *limits) ratelimit.Config {
 // restartOnlyChanges returns the keys, such as "listen" or "schema.refresh",
 // whose values differ between a and b, apart from the limits section, which
 // reloads apply.
-func restartOnlyChanges(a, b Config) []string {
-	a.Limits, b.Limits = LimitsConfig{}, LimitsConfig{}
-	a.TLS, b.TLS = TLSConfig{}, TLSConfig{}
-	a.UpstreamTLS, b.UpstreamTLS = UpstreamTLSConfig{}, UpstreamTLSConfig{}
+func restartOnlyChanges(a, b config.Config) []string {
+	a.Limits, b.Limits = config.LimitsConfig{}, config.LimitsConfig{}
+	a.TLS, b.TLS = config.TLSConfig{}, config.TLSConfig{}
+	a.UpstreamTLS, b.UpstreamTLS = config.UpstreamTLSConfig{}, config.UpstreamTLSConfig{}
 	return changedKeys("", reflect.ValueOf(a), reflect.ValueOf(b), nil)
 }
 
@@ -185,86 +165,4 @@ func changedKeys(prefix string, a, b reflect.Value, out []string) []string {
 		}
 	}
 	return out
-}
-
-// DefaultWatchInterval is how often WatchConfig polls when given no
-// interval.
-const DefaultWatchInterval = 2 * time.Second
-
-// WatchConfig polls the configuration file at path every interval (every
-// <= 0 means DefaultWatchInterval) until ctx ends, and reloads it, as
-// ReloadConfig does, when its contents differ from those last loaded: at
-// startup, by ReloadConfig or by the watcher. A change of modification time
-// or size makes it read the file; a touch that leaves the contents alone
-// does not reload. Contents that failed to load are not tried again until
-// they change.
-//
-// Polling rather than inotify works the same on every platform, and sees
-// files replaced by rename or behind a swapped symlink (as Kubernetes
-// updates ConfigMap volumes).
-func (p *Proxy) WatchConfig(ctx context.Context, path string, every time.Duration) {
-	if every <= 0 {
-		every = DefaultWatchInterval
-	}
-	w := fileWatch{path: path}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		// The first look is immediate: the file may have changed since it
-		// was loaded.
-		p.pollConfig(&w)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// pollConfig looks at the watched file once, and reloads it if its
-// contents are new.
-func (p *Proxy) pollConfig(w *fileWatch) {
-	data, ok, err := w.changed()
-	switch {
-	case err != nil:
-		if !w.failing {
-			w.failing = true
-			p.log.Warn().Err(err).Msg("cannot read the configuration file; watching it for changes")
-		}
-	case ok:
-		w.failing = false
-		p.reloadConfig(w.path, data, nil, true)
-	default:
-		w.failing = false
-	}
-}
-
-// fileWatch tells when a file may have changed, by its modification time
-// and size.
-type fileWatch struct {
-	path    string
-	modTime time.Time
-	size    int64
-	read    bool // modTime and size are set
-	failing bool // a failure to read the file has been logged
-}
-
-// changed returns the file's contents and true if its time or size
-// changed since the last call that returned them.
-func (w *fileWatch) changed() ([]byte, bool, error) {
-	fi, err := os.Stat(w.path)
-	if err != nil {
-		return nil, false, err
-	}
-	if w.read && fi.ModTime().Equal(w.modTime) && fi.Size() == w.size {
-		return nil, false, nil
-	}
-	// Read after Stat: a write in between gives a newer time, seen at the
-	// next poll.
-	data, err := os.ReadFile(w.path)
-	if err != nil {
-		return nil, false, err
-	}
-	w.modTime, w.size, w.read = fi.ModTime(), fi.Size(), true
-	return data, true, nil
 }

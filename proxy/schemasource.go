@@ -3,15 +3,13 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/schema"
 	"github.com/cqlguard/cqlguard/schema/loader"
 )
@@ -63,8 +61,8 @@ func (u *upstreamSchema) close() {
 
 // startSchema starts loading the schema from cfg's upstreams until ctx
 // ends.
-func startSchema(ctx context.Context, cfg Config, tlsConf *tls.Config, log zerolog.Logger) (*loader.Schema, func(), error) {
-	password, err := cfg.Schema.password()
+func startSchema(ctx context.Context, cfg config.Config, tlsConf *tls.Config, log zerolog.Logger) (*loader.Schema, func(), error) {
+	password, err := cfg.Schema.Password()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,24 +82,4 @@ func startSchema(ctx context.Context, cfg Config, tlsConf *tls.Config, log zerol
 		s.Run(ctx)
 	}()
 	return s, func() { cancel(); <-done; src.close() }, nil
-}
-
-// password reads the upstream password from a file or the environment,
-// never from flags or the config file itself.
-func (c SchemaConfig) password() (string, error) {
-	switch {
-	case c.PasswordFile != "":
-		b, err := os.ReadFile(c.PasswordFile)
-		if err != nil {
-			return "", fmt.Errorf("schema.password_file: %w", err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	case c.PasswordEnv != "":
-		v, ok := os.LookupEnv(c.PasswordEnv)
-		if !ok {
-			return "", fmt.Errorf("schema.password_env: %s is not set", c.PasswordEnv)
-		}
-		return v, nil
-	}
-	return "", nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -93,8 +94,8 @@ func TestSupportedAndStartupOptIn(t *testing.T) {
 	}})
 	scylla := fakeNode(t, "127.0.0.1:0", fakenode.Options{Supported: map[string][]string{
 		rateLimitKey: {"ERROR_CODE=61440"}}})
-	_, plainAddr := startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{plain.Addr()} })
-	_, scyllaAddr := startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{scylla.Addr()} })
+	_, plainAddr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{plain.Addr()} })
+	_, scyllaAddr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{scylla.Addr()} })
 
 	c := dialRaw(t, plainAddr, 4)
 	c.send(1, &message.Options{})
@@ -127,10 +128,10 @@ func TestSupportedAndStartupOptIn(t *testing.T) {
 
 func TestEventsFiltered(t *testing.T) {
 	node := fakeNode(t, "127.0.0.3:19046", fakenode.Options{})
-	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19046", []string{"127.0.0.3:19046"} })
+	startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.5:19046", []string{"127.0.0.3:19046"} })
 	nodeNode := fakeNode(t, "127.0.0.4:19046", fakenode.Options{})
-	startProxy(t, func(c *Config) {
-		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19046", ModeNode, []string{"127.0.0.4:19046"}
+	startProxy(t, func(c *config.Config) {
+		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19046", config.ModeNode, []string{"127.0.0.4:19046"}
 		c.Peers = map[string]string{"127.0.0.8": "127.0.0.9:19046"}
 	})
 	up := func(ip byte) message.Message {
@@ -174,7 +175,7 @@ func equalMessages(a, b message.Message) bool {
 // upstream's refusal and settles on v4.
 func TestVersionDowngrade(t *testing.T) {
 	fakeNode(t, "127.0.0.3:19047", fakenode.Options{MaxVersion: 4})
-	startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.5:19047", []string{"127.0.0.3:19047"} })
+	startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.5:19047", []string{"127.0.0.3:19047"} })
 
 	c := dialRaw(t, "127.0.0.5:19047", 5)
 	c.send(0, &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}})
@@ -201,7 +202,7 @@ func TestVersionDowngrade(t *testing.T) {
 // Shutdown lets a request in flight finish, then closes the connection.
 func TestDrainAnswersInFlight(t *testing.T) {
 	fakeNode(t, "127.0.0.3:19048", fakenode.Options{SlowQuery: "slow", SlowFor: 300 * time.Millisecond})
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.5:19048", []string{"127.0.0.3:19048"}, ""
 	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 	if err != nil {
@@ -240,7 +241,7 @@ func TestDrainAnswersInFlight(t *testing.T) {
 func TestAdminEndpoints(t *testing.T) {
 	node := fakeNode(t, "127.0.0.3:19049", fakenode.Options{})
 	reg := prometheus.NewRegistry()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Listen, cfg.Upstreams = "127.0.0.5:19049", []string{"127.0.0.3:19049"}
 	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{}))
 	if err != nil {
@@ -290,7 +291,7 @@ func TestAdminEndpoints(t *testing.T) {
 func TestUnknownExecuteIsUnprepared(t *testing.T) {
 	t.Parallel()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-	_, addr := startProxy(t, func(c *Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()} })
+	_, addr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()} })
 	for _, v := range []primitive.ProtocolVersion{3, 4, 5} {
 		c := dialRaw(t, addr, v)
 		c.startup(nil)

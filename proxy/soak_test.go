@@ -14,6 +14,7 @@ import (
 	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
 	"github.com/datastax/go-cassandra-native-protocol/message"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -29,7 +30,7 @@ func TestSoak(t *testing.T) {
 		duration = d
 	}
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-	_, addr := startProxy(t, func(c *Config) {
+	_, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	})
 	goroutines, fds := runtime.NumGoroutine(), openFiles(t)

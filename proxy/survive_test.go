@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -341,7 +342,7 @@ func settle(t *testing.T) {
 // a return of per-connection read buffers.
 func TestIdleConnectionMemory(t *testing.T) {
 	stub := startStubNode(t, "127.0.0.1:0")
-	_, addr := startProxy(t, func(c *Config) {
+	_, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 	})
 	const n = 200
@@ -361,7 +362,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 // parsed it, holds on to it.
 func TestIdleAfterLargeRequest(t *testing.T) {
 	stub := startStubNode(t, "127.0.0.1:0")
-	_, addr := startProxy(t, func(c *Config) {
+	_, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 	})
 	const n, size = 20, 512 << 10
@@ -440,9 +441,9 @@ func (c *stubClient) next() (int16, int32, string, error) {
 func TestUpstreamTimeout(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	node := startStubNode(t, "127.0.0.1:0")
-	p, addr := startProxy(t, func(c *Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
-		c.UpstreamTimeout = Duration(timeout)
+		c.UpstreamTimeout = config.Duration(timeout)
 	})
 	idle := dialStub(t, addr)
 	busy := dialStub(t, addr)
@@ -523,7 +524,7 @@ func TestMaxInFlight(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			node := startStubNode(t, "127.0.0.9:"+tt.port)
-			p, _ := startProxy(t, func(c *Config) {
+			p, _ := startProxy(t, func(c *config.Config) {
 				c.Listen, c.Upstreams = "127.0.0.10:"+tt.port, []string{"127.0.0.9:" + tt.port}
 				c.MaxInFlight, c.MaxInFlightPerConnection = tt.max, tt.perConn
 			})
@@ -578,7 +579,7 @@ func TestMaxInFlight(t *testing.T) {
 // slots back when its session ends.
 func TestMaxInFlightClientLeaves(t *testing.T) {
 	node := startStubNode(t, "127.0.0.1:0")
-	p, addr := startProxy(t, func(c *Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
 		c.MaxInFlight = 3
 	})
@@ -694,11 +695,11 @@ func TestBufferedBytesTotal(t *testing.T) {
 // goes through; so does the frame whose connection ends mid-frame.
 func TestFrameBytesTotal(t *testing.T) {
 	stub := startStubNode(t, "127.0.0.1:0")
-	p, addr := startProxy(t, func(c *Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 		c.MaxFrameBytes = 1 << 20
 		c.MaxFrameBytesTotal = 300 << 10
-		c.FrameTimeout = Duration(time.Second)
+		c.FrameTimeout = config.Duration(time.Second)
 	})
 	large := func(stream int16) []byte {
 		return stubQuery(stream, "SELECT * FROM ks.t WHERE k = '"+strings.Repeat("x", 200<<10)+"'")
@@ -763,7 +764,7 @@ func TestFrameBytesTotal(t *testing.T) {
 // wait behind requests that wait for them.
 func TestLargeRequestLargeAnswer(t *testing.T) {
 	stub := startStubNode(t, "127.0.0.1:0")
-	p, addr := startProxy(t, func(c *Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 		c.MaxFrameBytes = 1 << 20
 		c.MaxFrameBytesTotal = 128 << 10
@@ -786,10 +787,10 @@ func TestLargeRequestLargeAnswer(t *testing.T) {
 // each frame gets a frame_timeout of its own.
 func TestFrameTimeoutAfterBackPressure(t *testing.T) {
 	node := startStubNode(t, "127.0.0.1:0")
-	_, addr := startProxy(t, func(c *Config) {
+	_, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
 		c.MaxInFlightPerConnection = 1
-		c.FrameTimeout = Duration(300 * time.Millisecond)
+		c.FrameTimeout = config.Duration(300 * time.Millisecond)
 	})
 	a := dialStub(t, addr)
 	defer a.c.Close()
@@ -820,9 +821,9 @@ func TestFrameTimeoutAfterBackPressure(t *testing.T) {
 // wait for the client, and every answer arrives once it reads.
 func TestUpstreamTimeoutSlowClient(t *testing.T) {
 	stub := startStubNode(t, "127.0.0.1:0")
-	p, addr := startProxy(t, func(c *Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
-		c.UpstreamTimeout = Duration(200 * time.Millisecond)
+		c.UpstreamTimeout = config.Duration(200 * time.Millisecond)
 		c.MaxBufferedBytes = 64 << 10
 	})
 	a := dialStub(t, addr)

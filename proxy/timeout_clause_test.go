@@ -5,6 +5,7 @@ import (
 
 	"github.com/datastax/go-cassandra-native-protocol/message"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -20,10 +21,10 @@ func TestUsingTimeoutDropped(t *testing.T) {
 		n.record, n.scylla = true, n == scylla
 		n.mu.Unlock()
 	}
-	_, toCassandra := startProxy(t, func(c *Config) {
+	_, toCassandra := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{cassandra.ln.Addr().String()}
 	})
-	_, toScylla := startProxy(t, func(c *Config) {
+	_, toScylla := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{scylla.ln.Addr().String()}
 	})
 	const (

@@ -4,41 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"time"
+
+	"github.com/cqlguard/cqlguard/config"
 )
 
-// TLSConfig configures TLS towards clients. It is off while CertFile is
-// empty. The files are read at start and again on every reload (SIGHUP),
-// so that a renewed certificate takes effect without a restart; connections
-// already open keep the certificate they were accepted with.
-type TLSConfig struct {
-	// CertFile and KeyFile are the proxy's certificate chain and key, PEM.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	// ClientCAFile, when set, makes clients present a certificate signed
-	// by one of its CAs (PEM).
-	ClientCAFile string `yaml:"client_ca_file"`
-}
-
-func (c TLSConfig) enabled() bool { return c.CertFile != "" }
-
-func (c TLSConfig) validate() error {
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		return errors.New("tls: cert_file and key_file go together")
-	}
-	if c.ClientCAFile != "" && c.CertFile == "" {
-		return errors.New("tls: client_ca_file needs cert_file and key_file")
-	}
-	return nil
-}
-
-// load reads the files and returns the TLS configuration for accepted
-// connections.
-func (c TLSConfig) load() (*tls.Config, error) {
+// tlsForClients reads c's files and returns the TLS configuration for
+// accepted connections.
+func tlsForClients(c config.TLSConfig) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("tls: loading %s and %s: %w", c.CertFile, c.KeyFile, err)
@@ -60,12 +36,12 @@ func (c TLSConfig) load() (*tls.Config, error) {
 
 // loadTLS reads cfg's files and makes them the configuration of the
 // connections accepted from now on; with TLS off it turns TLS off.
-func (p *Proxy) loadTLS(cfg TLSConfig) error {
-	if !cfg.enabled() {
+func (p *Proxy) loadTLS(cfg config.TLSConfig) error {
+	if cfg.CertFile == "" {
 		p.tls.Store(nil)
 		return nil
 	}
-	conf, err := cfg.load()
+	conf, err := tlsForClients(cfg)
 	if err != nil {
 		return err
 	}
@@ -75,8 +51,8 @@ func (p *Proxy) loadTLS(cfg TLSConfig) error {
 
 // loadUpstreamTLS reads cfg's files and makes them the configuration of
 // the upstream connections opened from now on.
-func (p *Proxy) loadUpstreamTLS(cfg UpstreamTLSConfig) error {
-	conf, err := cfg.load()
+func (p *Proxy) loadUpstreamTLS(cfg config.UpstreamTLSConfig) error {
+	conf, err := tlsForUpstreams(cfg)
 	if err != nil {
 		return err
 	}
@@ -101,39 +77,9 @@ func (p *Proxy) acceptTLS(client net.Conn, timeout time.Duration) (net.Conn, err
 	return c, nil
 }
 
-// UpstreamTLSConfig configures TLS towards the upstream nodes, for the
-// proxied connections and the schema reads. It is off unless Enabled. Its
-// files are read at start and again on every reload, for the connections
-// opened from then on.
-type UpstreamTLSConfig struct {
-	Enabled bool `yaml:"enabled"`
-	// CAFile holds the CAs that sign the nodes' certificates (PEM); empty
-	// means the system's.
-	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are the proxy's client certificate, for nodes
-	// that require one (PEM).
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	// ServerName is the name the nodes' certificates must carry; empty
-	// means the host of each upstream address.
-	ServerName string `yaml:"server_name"`
-	// InsecureSkipVerify accepts any certificate: for tests only.
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
-}
-
-func (c UpstreamTLSConfig) validate() error {
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		return errors.New("upstream_tls: cert_file and key_file go together")
-	}
-	if !c.Enabled && (c.CAFile != "" || c.CertFile != "" || c.ServerName != "" || c.InsecureSkipVerify) {
-		return errors.New("upstream_tls: settings given but enabled is false")
-	}
-	return nil
-}
-
-// load reads the files and returns the TLS configuration for dialing the
-// nodes, nil when TLS is off.
-func (c UpstreamTLSConfig) load() (*tls.Config, error) {
+// tlsForUpstreams reads c's files and returns the TLS configuration for
+// dialing the nodes, nil when TLS is off.
+func tlsForUpstreams(c config.UpstreamTLSConfig) (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}

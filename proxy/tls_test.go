@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -87,12 +88,12 @@ func TestClientTLS(t *testing.T) {
 	fakeNode(t, "127.0.0.7:19074", fakenode.Options{})
 	ca := newTestCA(t)
 	dir := t.TempDir()
-	cfgTLS := TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key"), ClientCAFile: filepath.Join(dir, "ca.pem")}
+	cfgTLS := config.TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key"), ClientCAFile: filepath.Join(dir, "ca.pem")}
 	cert, key := ca.issue(t, "cqlguard one", 2)
 	writeFile(t, cfgTLS.CertFile, cert)
 	writeFile(t, cfgTLS.KeyFile, key)
 	writeFile(t, cfgTLS.ClientCAFile, ca.pem)
-	p, _ := startProxy(t, func(c *Config) {
+	p, _ := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.8:19074", []string{"127.0.0.7:19074"}
 		c.TLS = cfgTLS
 	})
@@ -166,13 +167,13 @@ func TestUpstreamTLS(t *testing.T) {
 	fakeNode(t, "127.0.0.7:19076", fakenode.Options{TLS: &tls.Config{Certificates: []tls.Certificate{nodeCert}}})
 	caFile := filepath.Join(dir, "ca.pem")
 	writeFile(t, caFile, ca.pem)
-	startProxy(t, func(c *Config) {
+	startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.8:19076", []string{"127.0.0.7:19076"}
-		c.UpstreamTLS = UpstreamTLSConfig{Enabled: true, CAFile: caFile}
+		c.UpstreamTLS = config.UpstreamTLSConfig{Enabled: true, CAFile: caFile}
 	})
-	startProxy(t, func(c *Config) {
+	startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.8:19077", []string{"127.0.0.7:19076"}
-		c.UpstreamTLS = UpstreamTLSConfig{Enabled: true}
+		c.UpstreamTLS = config.UpstreamTLSConfig{Enabled: true}
 	})
 	ask := func(addr string) (frame.Header, []byte) {
 		t.Helper()

@@ -24,6 +24,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 )
@@ -56,7 +57,7 @@ type topology struct {
 	codecs [3]pframe.Codec // by frame.Compression
 }
 
-func newTopology(cfg Config) (*topology, error) {
+func newTopology(cfg config.Config) (*topology, error) {
 	host, port, err := net.SplitHostPort(cfg.AdvertiseAddr())
 	if err != nil {
 		return nil, fmt.Errorf("advertise: %w", err)
@@ -219,7 +220,7 @@ func (t *topology) rewriteLocal(row message.Row, col func(string) int) {
 	port := binary.BigEndian.AppendUint32(nil, uint32(t.port))
 	set("rpc_port", port)
 	set("native_port", port)
-	if t.mode == ModeCluster {
+	if t.mode == config.ModeCluster {
 		set("host_id", t.hostID[:])
 		set("tokens", textSet(wholeRing))
 	}
@@ -228,7 +229,7 @@ func (t *topology) rewriteLocal(row message.Row, col func(string) int) {
 // rewritePeer rewrites a peers or peers_v2 row to the proxy in front of that
 // peer, reporting false when the driver must not learn of the peer at all.
 func (t *topology) rewritePeer(row message.Row, col func(string) int) bool {
-	if t.mode == ModeCluster {
+	if t.mode == config.ModeCluster {
 		return false
 	}
 	i := col("peer")
@@ -279,7 +280,7 @@ func (t *topology) event(f []byte, comp frame.Compression) (out []byte, keep boo
 	default:
 		return f, true, nil
 	}
-	if t.mode == ModeCluster || *addr == nil {
+	if t.mode == config.ModeCluster || *addr == nil {
 		return nil, false, nil
 	}
 	to, ok := t.peers[(*addr).Addr.String()]

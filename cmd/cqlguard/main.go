@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 )
 
@@ -42,7 +43,7 @@ func run(args []string) error {
 	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
 	watch := fs.Bool("watch-config", true, "reload the -config file when its contents change")
-	watchEvery := fs.Duration("watch-interval", proxy.DefaultWatchInterval, "how often -watch-config looks at the file")
+	watchEvery := fs.Duration("watch-interval", config.DefaultWatchInterval, "how often -watch-config looks at the file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,10 +51,10 @@ func run(args []string) error {
 		return fmt.Errorf("-watch-interval %v: must be positive", *watchEvery)
 	}
 
-	cfg := proxy.DefaultConfig()
+	cfg := config.Default()
 	if *configPath != "" {
 		var err error
-		if cfg, err = proxy.LoadConfig(*configPath); err != nil {
+		if cfg, err = config.Load(*configPath); err != nil {
 			return err
 		}
 	}
@@ -112,10 +113,23 @@ func run(args []string) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- p.Serve(ln) }()
+	// The watcher loads the file again, on SIGHUP and when its contents
+	// change, and the proxy applies what loaded or records what did not,
+	// logging the outcome; it carries on either way.
+	var watcher *config.Watcher
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	if *configPath != "" && *watch {
-		go p.WatchConfig(watchCtx, *configPath, *watchEvery)
+	if *configPath != "" {
+		watcher = config.NewWatcher(cfg, log, func(c config.Config, err error) {
+			if err != nil {
+				p.ReloadFailed(*configPath, err)
+				return
+			}
+			p.Reload(c)
+		})
+		if *watch {
+			go watcher.Run(watchCtx, *watchEvery)
+		}
 	}
 wait:
 	for {
@@ -123,12 +137,11 @@ wait:
 		case err := <-serveErr:
 			return err
 		case <-hup:
-			if *configPath == "" {
+			if watcher == nil {
 				log.Warn().Msg("SIGHUP: no -config file to reload")
 				continue
 			}
-			// ReloadConfig logs the outcome; the proxy carries on either way.
-			p.ReloadConfig(*configPath)
+			watcher.Reload()
 		case s := <-sig:
 			log.Info().Str("signal", s.String()).Dur("timeout", time.Duration(cfg.DrainTimeout)).Msg("draining")
 			break wait
@@ -148,7 +161,7 @@ wait:
 	return nil
 }
 
-func newLogger(c proxy.LogConfig) (zerolog.Logger, error) {
+func newLogger(c config.LogConfig) (zerolog.Logger, error) {
 	level, err := zerolog.ParseLevel(c.Level)
 	if err != nil {
 		return zerolog.Logger{}, fmt.Errorf("log.level: %w", err)

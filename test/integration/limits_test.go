@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 	"github.com/cqlguard/cqlguard/schema"
 )
@@ -54,7 +55,7 @@ func TestLimitsEnforced(t *testing.T) {
 		}
 	}
 	writeLimits("5")
-	cfg, err := proxy.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,11 @@ func TestLimitsEnforced(t *testing.T) {
 		// Raise the limit: the same session, on the same connection, is
 		// no longer refused.
 		writeLimits("100000")
-		if err := p.ReloadConfig(path); err != nil {
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Reload(cfg); err != nil {
 			t.Fatal(err)
 		}
 		if acc, rej := flood("hot", 1, 100); rej != 0 {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 )
 
@@ -65,7 +66,7 @@ func runWithCassandra(m *testing.M) int {
 			stop.Run()
 		}()
 	}
-	stop, err := startProxy(proxy.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}}, proxy.WithObserver(observed.add))
+	stop, err := startProxy(config.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}}, proxy.WithObserver(observed.add))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting cqlguard:", err)
 		return 1
@@ -76,8 +77,8 @@ func runWithCassandra(m *testing.M) int {
 
 // startProxy runs a proxy in this process with cfg over the defaults, and
 // returns a function that drains it.
-func startProxy(over proxy.Config, opts ...proxy.Option) (func(), error) {
-	cfg := proxy.DefaultConfig()
+func startProxy(over config.Config, opts ...proxy.Option) (func(), error) {
+	cfg := config.Default()
 	cfg.Listen = over.Listen
 	cfg.Advertise = over.Advertise
 	cfg.Upstreams = over.Upstreams

@@ -10,7 +10,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/config"
 )
 
 // TestCassandraRestart stops the real Cassandra under a client's writes
@@ -21,7 +21,7 @@ import (
 func TestCassandraRestart(t *testing.T) {
 	skipUnlessEnabled(t)
 	const addr = "127.0.0.1:9045"
-	stopProxy, err := startProxy(proxy.Config{Listen: addr, Upstreams: []string{cassandraAddr}})
+	stopProxy, err := startProxy(config.Config{Listen: addr, Upstreams: []string{cassandraAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/config"
 )
 
 // Soak shape: stable sessions live through the whole run, churning ones
@@ -44,7 +44,7 @@ func TestSoakCassandra(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("CQLGUARD_SOAK")); err == nil {
 		duration = d
 	}
-	stopProxy, err := startProxy(proxy.Config{Listen: soakAddr, Upstreams: []string{cassandraAddr}})
+	stopProxy, err := startProxy(config.Config{Listen: soakAddr, Upstreams: []string{cassandraAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}

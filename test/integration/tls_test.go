@@ -22,6 +22,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/proxy"
 )
@@ -64,33 +65,33 @@ func TestUpstreamTLSCassandra(t *testing.T) {
 
 	for i, tt := range []struct {
 		name     string
-		upstream proxy.UpstreamTLSConfig
-		client   proxy.TLSConfig   // TLS between gocql and the proxy
+		upstream config.UpstreamTLSConfig
+		client   config.TLSConfig  // TLS between gocql and the proxy
 		ssl      *gocql.SslOptions // gocql's side of it
 		wantErr  string            // in the error the proxy answers with
 	}{
-		{name: "ca_file", upstream: proxy.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA}},
-		{name: "server_name", upstream: proxy.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA, ServerName: "localhost"}},
+		{name: "ca_file", upstream: config.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA}},
+		{name: "server_name", upstream: config.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA, ServerName: "localhost"}},
 		{
 			name:     "client TLS",
-			upstream: proxy.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA},
-			client:   proxy.TLSConfig{CertFile: proxyCert, KeyFile: proxyKey, ClientCAFile: clientCA.file},
+			upstream: config.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA},
+			client:   config.TLSConfig{CertFile: proxyCert, KeyFile: proxyKey, ClientCAFile: clientCA.file},
 			ssl:      &gocql.SslOptions{CaPath: clientCA.file, CertPath: driverCert, KeyPath: driverKey, EnableHostVerification: true},
 		},
 		{
 			name:     "wrong CA",
-			upstream: proxy.UpstreamTLSConfig{Enabled: true, CAFile: otherCA.file},
+			upstream: config.UpstreamTLSConfig{Enabled: true, CAFile: otherCA.file},
 			wantErr:  "certificate signed by unknown authority",
 		},
 		{
 			name:     "wrong server_name",
-			upstream: proxy.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA, ServerName: "cassandra.invalid"},
+			upstream: config.UpstreamTLSConfig{Enabled: true, CAFile: nodeCA, ServerName: "cassandra.invalid"},
 			wantErr:  "not cassandra.invalid",
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			seen := &classLog{watched: map[string]bool{"cqlguard_tls": true}, byTable: map[string][]observation{}}
-			stop, err := startProxy(proxy.Config{
+			stop, err := startProxy(config.Config{
 				Listen: tlsProxyAddr, Upstreams: []string{cassandraAddr}, TLS: tt.client, UpstreamTLS: tt.upstream,
 			}, proxy.WithObserver(seen.add))
 			if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	cqlguard "github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/test/bench/load"
 )
 
@@ -66,7 +66,7 @@ func TestGoodputSummary(t *testing.T) {
 	for _, limited := range []bool{false, true} {
 		path := filepath.Join(t.TempDir(), "cqlguard.yaml")
 		os.WriteFile(path, []byte(g.config(limited)), 0o600)
-		cfg, err := cqlguard.LoadConfig(path)
+		cfg, err := config.Load(path)
 		if err != nil {
 			t.Fatalf("config (limited %v): %v", limited, err)
 		}

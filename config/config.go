@@ -1,15 +1,20 @@
-package proxy
+// Package config holds cqlguard's configuration: the Config type and the
+// YAML types of its sections, their defaults, and reading, checking and
+// watching the file they come from. Errors name the file and, where known,
+// the line.
+//
+// It knows YAML and files, and reads the secrets the file points to (the
+// admin token, the upstream password); it knows nothing of sockets, TLS or
+// the limiter. Package proxy applies a Config, at start and on reload.
+package config
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +35,7 @@ const (
 )
 
 // Config is cqlguard's configuration. The zero value is not usable; start
-// from DefaultConfig.
+// from Default.
 type Config struct {
 	// Listen is the address drivers connect to.
 	Listen string `yaml:"listen"`
@@ -130,13 +135,19 @@ type Config struct {
 	// Log configures logging.
 	Log LogConfig `yaml:"log"`
 	// Limits configures per-partition rate limits. Unlike the rest of the
-	// configuration, most of it can be reloaded (see Proxy.ReloadConfig).
+	// configuration, most of it can be reloaded (see proxy.Proxy.Reload).
 	Limits LimitsConfig `yaml:"limits"`
 
-	// source is the SHA-256 of the file the configuration was read from,
-	// so that a file watcher can tell whether the file still says the same.
-	source [sha256.Size]byte
+	// file is the file the configuration was read from, and sum the
+	// SHA-256 of its contents, so that a Watcher can tell whether the file
+	// still says the same.
+	file string
+	sum  [sha256.Size]byte
 }
+
+// File returns the path of the file c was read from, or "" if it was not
+// read from a file.
+func (c *Config) File() string { return c.file }
 
 // ByteSize is a number of bytes written in YAML as an integer or with a
 // unit: 4MiB, 512KiB, 64MB (units of 1024 with "i", of 1000 without).
@@ -193,6 +204,31 @@ type SchemaConfig struct {
 	Refresh Duration `yaml:"refresh"`
 }
 
+// Password reads the upstream password from the file or the environment
+// variable named, never from flags or the configuration file itself; it
+// returns "" when none is named.
+func (c SchemaConfig) Password() (string, error) {
+	switch {
+	case c.PasswordFile != "":
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("schema.password_file: %w", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	case c.PasswordEnv != "":
+		v, ok := os.LookupEnv(c.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("schema.password_env: %s is not set", c.PasswordEnv)
+		}
+		return v, nil
+	}
+	return "", nil
+}
+
+// maxHotPartitions bounds admin.hot_partitions: /hot is for people, and
+// the proxy takes the sketch's lock on every request.
+const maxHotPartitions = 10000
+
 // AdminConfig configures the admin HTTP listener.
 type AdminConfig struct {
 	// Listen is the admin address; empty disables it. Loopback by default
@@ -211,8 +247,9 @@ type AdminConfig struct {
 	TokenEnv  string `yaml:"token_env"`
 }
 
-// token returns the bearer token /hot asks for, or nil when none is set.
-func (c AdminConfig) token() ([]byte, error) {
+// Token reads the bearer token /hot asks for from the file or the
+// environment variable named, and returns nil when none is named.
+func (c AdminConfig) Token() ([]byte, error) {
 	var t string
 	switch {
 	case c.TokenFile != "":
@@ -260,8 +297,8 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes the duration as a string.
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
-// DefaultConfig returns the configuration used where a file says nothing.
-func DefaultConfig() Config {
+// Default returns the configuration used where a file says nothing.
+func Default() Config {
 	return Config{
 		Listen:                   "127.0.0.1:9042",
 		Mode:                     ModeCluster,
@@ -300,104 +337,6 @@ func DefaultConfig() Config {
 // storm. The proxy's own cost per request in flight is small (an entry of
 // its connection's stream table); the bound is there for the upstream.
 const defaultMaxInFlight = 65536
-
-// LoadConfig reads the YAML file at path over DefaultConfig. Unknown keys are
-// errors, reported with the file and line.
-func LoadConfig(path string) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return DefaultConfig(), fmt.Errorf("reading config: %w", err)
-	}
-	return parseConfig(path, data)
-}
-
-// parseConfig parses data, the contents of the file at path, over
-// DefaultConfig and validates the result; errors name path and, where
-// known, the line.
-func parseConfig(path string, data []byte) (Config, error) {
-	cfg := DefaultConfig()
-	cfg.source = sha256.Sum256(data)
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	// io.EOF: an empty file means all defaults.
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, fmt.Errorf("%s", describeYAMLError(path, err))
-	}
-	if err := cfg.Validate(); err != nil {
-		var ke *keyError
-		if errors.As(err, &ke) {
-			if line := lineOf(data, ke.path); line > 0 {
-				return cfg, fmt.Errorf("%s:%d: %w", path, line, err)
-			}
-		}
-		return cfg, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-// keyError is a Validate error about the value at a key path, so that
-// LoadConfig can name the line it is on.
-type keyError struct {
-	path []string // keys from the top of the document
-	err  error
-}
-
-func (e *keyError) Error() string { return strings.Join(e.path, ".") + ": " + e.err.Error() }
-func (e *keyError) Unwrap() error { return e.err }
-
-// lineOf returns the line of the key at path in the YAML document data, or
-// 0 if it cannot be found.
-func lineOf(data []byte, path []string) int {
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
-		return 0
-	}
-	n, line := doc.Content[0], 0
-	for _, key := range path {
-		if n.Kind != yaml.MappingNode {
-			return 0
-		}
-		found := false
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == key {
-				n, line, found = n.Content[i+1], n.Content[i].Line, true
-				break
-			}
-		}
-		if !found {
-			return 0
-		}
-	}
-	return line
-}
-
-var (
-	yamlLine    = regexp.MustCompile(`line (\d+): (.*)`)
-	yamlUnknown = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
-)
-
-// describeYAMLError turns yaml.v3's messages into "file:line: message".
-func describeYAMLError(path string, err error) string {
-	var lines []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		l = strings.TrimSpace(strings.TrimPrefix(l, "yaml: unmarshal errors:"))
-		l = strings.TrimPrefix(l, "yaml: ")
-		if l == "" {
-			continue
-		}
-		if m := yamlLine.FindStringSubmatch(l); m != nil {
-			msg := m[2]
-			if f := yamlUnknown.FindStringSubmatch(msg); f != nil {
-				msg = fmt.Sprintf("unknown key %q", f[1])
-			}
-			l = fmt.Sprintf("%s:%s: %s", path, m[1], msg)
-		} else {
-			l = path + ": " + l
-		}
-		lines = append(lines, l)
-	}
-	return strings.Join(lines, "; ")
-}
 
 // AdvertiseAddr is the address the proxy reports as its own: Advertise, or
 // Listen when Advertise is empty.
@@ -511,19 +450,5 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("log.format: %q is neither json nor console", c.Log.Format)
 	}
-	return c.Limits.validate()
-}
-
-// isStoredName reports whether s can name a keyspace or table: Cassandra
-// and ScyllaDB allow only letters, digits and underscores, even quoted.
-func isStoredName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			return false
-		}
-	}
-	return true
+	return c.Limits.Validate()
 }

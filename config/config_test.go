@@ -1,4 +1,4 @@
-package proxy
+package config
 
 import (
 	"os"
@@ -17,7 +17,8 @@ func writeConfig(t *testing.T, text string) string {
 	return path
 }
 
-func TestLoadConfig(t *testing.T) {
+func TestLoad(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		text    string
@@ -36,6 +37,11 @@ func TestLoadConfig(t *testing.T) {
 					t.Errorf("got %+v", c)
 				}
 			}},
+		{name: "second document ignored", text: "listen: 127.0.0.9:9043\n---\nbogus: 1\n", check: func(t *testing.T, c Config) {
+			if c.Listen != "127.0.0.9:9043" || c.File() == "" {
+				t.Errorf("listen %q from %q", c.Listen, c.File())
+			}
+		}},
 		{name: "unknown key names file and line", text: "listen: 127.0.0.1:9042\n\nupstream: [a:1]\n", wantErr: `cqlguard.yaml:3: unknown key "upstream"`},
 		{name: "nested unknown key", text: "admin:\n  port: 9\n", wantErr: `cqlguard.yaml:2: unknown key "port"`},
 		{name: "bad duration", text: "dial_timeout: soon\n", wantErr: `cqlguard.yaml:1: "soon" is not a duration`},
@@ -86,7 +92,7 @@ func TestLoadConfig(t *testing.T) {
 // and it returns the configuration to check.
 func loadCase(t *testing.T, text, wantErr string) (Config, bool) {
 	t.Helper()
-	c, err := LoadConfig(writeConfig(t, text))
+	c, err := Load(writeConfig(t, text))
 	if wantErr != "" {
 		if err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Fatalf("error %v, want one containing %q", err, wantErr)
@@ -99,8 +105,9 @@ func loadCase(t *testing.T, text, wantErr string) (Config, bool) {
 	return c, true
 }
 
-func TestLoadConfigMissingFile(t *testing.T) {
-	if _, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+func TestLoadMissingFile(t *testing.T) {
+	t.Parallel()
+	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
 		t.Fatalf("want an error naming the file, got %v", err)
 	}
 }
@@ -112,4 +119,77 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func TestAdminToken(t *testing.T) {
+	t.Setenv("CQLGUARD_TEST_TOKEN", "from-env")
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	tests := []struct {
+		name    string
+		c       AdminConfig
+		want    string // the token; empty means none
+		wantErr string
+	}{
+		{name: "none", c: AdminConfig{}},
+		{name: "file, line end trimmed", c: AdminConfig{TokenFile: file("token", "s3cret\r\n")}, want: "s3cret"},
+		{name: "environment", c: AdminConfig{TokenEnv: "CQLGUARD_TEST_TOKEN"}, want: "from-env"},
+		{name: "missing file", c: AdminConfig{TokenFile: filepath.Join(dir, "nope")}, wantErr: "admin.token_file"},
+		{name: "empty file", c: AdminConfig{TokenFile: file("empty", "\n")}, wantErr: "is empty"},
+		{name: "unset variable", c: AdminConfig{TokenEnv: "CQLGUARD_TEST_UNSET_TOKEN"}, wantErr: "admin.token_env"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.c.Token()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || string(got) != tt.want || (tt.want == "") != (got == nil) {
+				t.Errorf("token %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSchemaPassword(t *testing.T) {
+	t.Setenv("CQLGUARD_TEST_PASSWORD", "from-env")
+	path := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(path, []byte("pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		c       SchemaConfig
+		want    string
+		wantErr string
+	}{
+		{name: "none", c: SchemaConfig{}},
+		{name: "file, line end trimmed", c: SchemaConfig{PasswordFile: path}, want: "pw"},
+		{name: "environment", c: SchemaConfig{PasswordEnv: "CQLGUARD_TEST_PASSWORD"}, want: "from-env"},
+		{name: "missing file", c: SchemaConfig{PasswordFile: path + ".gone"}, wantErr: "schema.password_file"},
+		{name: "unset variable", c: SchemaConfig{PasswordEnv: "CQLGUARD_TEST_UNSET_PASSWORD"}, wantErr: "schema.password_env"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.c.Password()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("password %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
 }

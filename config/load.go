@@ -1,0 +1,126 @@
+// This file reads a configuration file: one YAML document (yaml.v3) of
+// the keys Config's yaml tags name, over Default. An empty file means all
+// defaults; a second document in the file is ignored. Unknown keys, and
+// values of the wrong type, are errors that name the file and line; so are
+// Validate's errors about a key, whose line is looked up in the document.
+
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Load reads the YAML file at path over Default and validates the result,
+// as Parse does.
+func Load(path string) (Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return Default(), err
+	}
+	return Parse(path, data)
+}
+
+func readFile(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return data, nil
+}
+
+// Parse parses data, the contents of the file at path, over Default and
+// validates the result. Unknown keys are errors; errors name path and,
+// where known, the line.
+func Parse(path string, data []byte) (Config, error) {
+	cfg := Default()
+	cfg.file, cfg.sum = path, sha256.Sum256(data)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// io.EOF: an empty file means all defaults.
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("%s", describeYAMLError(path, err))
+	}
+	if err := cfg.Validate(); err != nil {
+		var ke *keyError
+		if errors.As(err, &ke) {
+			if line := lineOf(data, ke.path); line > 0 {
+				return cfg, fmt.Errorf("%s:%d: %w", path, line, err)
+			}
+		}
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// keyError is a Validate error about the value at a key path, so that
+// Parse can name the line it is on.
+type keyError struct {
+	path []string // keys from the top of the document
+	err  error
+}
+
+func (e *keyError) Error() string { return strings.Join(e.path, ".") + ": " + e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
+
+// lineOf returns the line of the key at path in the YAML document data, or
+// 0 if it cannot be found.
+func lineOf(data []byte, path []string) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	n, line := doc.Content[0], 0
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return 0
+		}
+		found := false
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				n, line, found = n.Content[i+1], n.Content[i].Line, true
+				break
+			}
+		}
+		if !found {
+			return 0
+		}
+	}
+	return line
+}
+
+var (
+	yamlLine    = regexp.MustCompile(`line (\d+): (.*)`)
+	yamlUnknown = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+)
+
+// describeYAMLError turns yaml.v3's messages into "file:line: message".
+func describeYAMLError(path string, err error) string {
+	var lines []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(l, "yaml: unmarshal errors:"))
+		l = strings.TrimPrefix(l, "yaml: ")
+		if l == "" {
+			continue
+		}
+		if m := yamlLine.FindStringSubmatch(l); m != nil {
+			msg := m[2]
+			if f := yamlUnknown.FindStringSubmatch(msg); f != nil {
+				msg = fmt.Sprintf("unknown key %q", f[1])
+			}
+			l = fmt.Sprintf("%s:%s: %s", path, m[1], msg)
+		} else {
+			l = path + ": " + l
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "; ")
+}
