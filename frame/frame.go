@@ -9,7 +9,7 @@
 //
 // Not supported: protocol versions 1 and 2 (8-byte headers) and DSE versions;
 // ParseHeader reports them as *UnsupportedVersionError so the caller can
-// answer with a protocol error the way Cassandra does.
+// answer with a protocol error the way Cassandra does (AppendVersionError).
 //
 // The package knows bytes, not sockets: it parses from and appends to byte
 // slices and reads from a bufio.Reader, reusing its buffers so that reading a

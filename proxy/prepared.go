@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/datastax/go-cassandra-native-protocol/message"
-
 	"github.com/cqlguard/cqlguard/schema"
 )
 
@@ -17,7 +15,7 @@ type preparedStatement struct {
 	table reply
 	// columns are a topology query's result columns, for EXECUTEs that
 	// skip metadata.
-	columns []*message.ColumnMetadata
+	columns []string
 
 	// What classification needs: the statement's table and operation, and
 	// where each partition key component comes from (nil when the
@@ -63,7 +61,10 @@ func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema
 func (p *preparedStatement) size() int {
 	const word, header = 8, 24
 	n := 184 + len(p.keyspace) + len(p.tableName) + len(p.text) + len(p.literals)
-	n += word*len(p.columns) + 128*len(p.columns)
+	n += 2 * word * len(p.columns) // string headers
+	for _, c := range p.columns {
+		n += len(c)
+	}
 	n += header * len(p.sources)
 	for _, terms := range p.sources {
 		n += int(unsafe.Sizeof(pkSource{})) * len(terms)

@@ -3,7 +3,6 @@ package proxy
 // The request path: what the proxy does with each frame a client sends.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -158,24 +157,27 @@ func (s *session) badStream(id int16) (reason, msg string) {
 // startup remembers the driver's compression and rate-limit opt-in, and
 // keeps the opt-in from an upstream that did not advertise it.
 func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
-	opts, err := startupOptions(f)
+	if len(f) < frame.HeaderSize {
+		return nil, fmt.Errorf("reading STARTUP options: %w", frame.ErrShortBody)
+	}
+	c, ok, err := frame.StartupOption(f[frame.HeaderSize:], "COMPRESSION")
 	if err != nil {
 		return nil, fmt.Errorf("reading STARTUP options: %w", err)
 	}
 	comp := frame.CompressionNone
-	if c, ok := opts["COMPRESSION"]; ok {
-		if comp, err = frame.ParseCompression(c); err != nil {
+	if ok {
+		if comp, err = frame.ParseCompression(string(c)); err != nil {
 			// Unknown compression: let the upstream refuse it in its words.
 			comp = frame.CompressionNone
 		}
 	}
-	_, optIn := opts[rateLimitKey]
+	_, optIn, _ := frame.StartupOption(f[frame.HeaderSize:], rateLimitKey)
 	s.mu.Lock()
 	s.compression, s.rateLimitOptIn = comp, optIn
 	s.mu.Unlock()
 	s.reqCompression = comp
 	if optIn && !s.upstreamRateLimit {
-		return startupWithout(f, opts, rateLimitKey)
+		return frame.AppendStartupWithout(nil, f, rateLimitKey)
 	}
 	return f, nil
 }
@@ -309,13 +311,10 @@ func (s *session) dropUsingTimeout(f []byte, h frame.Header) []byte {
 	if err != nil || n > len(q) {
 		return f
 	}
-	rest := body[4+len(q):]
-	h.Flags &^= frame.FlagCompression
-	h.Length = 4 + n + len(rest)
-	out := frame.AppendHeader(s.rewritten[:0], h)
-	out = binary.BigEndian.AppendUint32(out, uint32(n))
-	out = append(out, q[:n]...)
-	out = append(out, rest...)
+	out, err := frame.AppendStatement(s.rewritten[:0], h, body, q[:n])
+	if err != nil {
+		return f
+	}
 	s.rewritten = out
 	s.log.Debug().Int16("stream", h.Stream).Msg("dropped USING TIMEOUT, which the upstream does not take")
 	return out

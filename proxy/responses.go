@@ -3,11 +3,8 @@ package proxy
 // The response path: what the proxy does with each frame the upstream sends.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-
-	"github.com/datastax/go-cassandra-native-protocol/message"
 
 	"github.com/cqlguard/cqlguard/frame"
 )
@@ -123,39 +120,59 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 	t := s.p.topo
 	switch {
 	case h.Opcode == frame.OpEvent:
-		return t.event(f, comp)
+		body, err := s.responseBody(f, comp)
+		if err != nil {
+			return nil, false, fmt.Errorf("EVENT: %w", err)
+		}
+		return t.event(f, h, body)
 	case req.reply == replySupported && h.Opcode == frame.OpSupported:
-		out, err := t.supported(f, comp)
+		body, err := s.responseBody(f, comp)
+		if err != nil {
+			return nil, false, fmt.Errorf("SUPPORTED: %w", err)
+		}
+		out, err := t.supported(h, body)
 		return out, true, err
 	case h.Opcode != frame.OpResult:
 		return f, true, nil
 	case req.reply == replyPrepared:
 		return f, true, s.learnPrepared(f, h, comp, req.table, req.prepared)
 	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
-		var cols []*message.ColumnMetadata
+		body, err := s.responseBody(f, comp)
+		if err != nil {
+			return nil, false, fmt.Errorf("topology rows: %w", err)
+		}
+		var cols []string
 		if req.prepared != nil {
 			cols = req.prepared.columns
 		}
-		out, err := t.rows(f, comp, req.reply, cols)
+		out, err := t.rows(f, h, body, req.reply, cols)
 		return out, true, err
 	}
 	return f, true, nil
+}
+
+// responseBody returns the body of the response f, decompressed with comp.
+// It is for the responses the proxy rewrites, which are few: the
+// decompressed body is not kept.
+func (s *session) responseBody(f []byte, comp frame.Compression) ([]byte, error) {
+	body := f[frame.HeaderSize:]
+	if comp == frame.CompressionNone {
+		return body, nil
+	}
+	var d frame.Decompressor
+	return d.Body(comp, body, s.p.cfg.MaxFrameBytes)
 }
 
 // learnPrepared records the statement a RESULT Prepared names: what the
 // request path learned of its text (p), completed with the partition key
 // indexes the upstream reports.
 func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply, p *preparedStatement) error {
-	body := f[frame.HeaderSize:]
-	if comp != frame.CompressionNone {
-		var d frame.Decompressor
-		var err error
-		if body, err = d.Body(comp, body, s.p.cfg.MaxFrameBytes); err != nil {
-			return err
-		}
+	body, err := s.responseBody(f, comp)
+	if err != nil {
+		return err
 	}
-	body = skipResponsePrefix(body, h)
-	if len(body) < 4 || binary.BigEndian.Uint32(body) != resultPrepared {
+	body, _ = frame.ResponseMessage(body, h)
+	if kind, ok := frame.ResultKind(body); !ok || kind != frame.ResultKindPrepared {
 		return nil // an error, say
 	}
 	prep, err := frame.ParsePrepared(body, h.Version)
@@ -179,8 +196,11 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 	}
 	p.lwt = p.lwt || prep.LWT
 	if table != replyForward {
-		if p.columns, err = s.p.topo.preparedColumns(f, comp); err != nil {
-			return err
+		// The result columns, which EXECUTEs that skip metadata will not
+		// repeat; copied, since body is the reader's.
+		p.columns = make([]string, 0, prep.Result.Len())
+		for col, ok := prep.Result.Next(); ok; col, ok = prep.Result.Next() {
+			p.columns = append(p.columns, string(col.Name))
 		}
 	}
 	s.p.prepared.put(prep.ID, p)
@@ -193,51 +213,16 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 func (s *session) learnKeyspace(f []byte, h frame.Header, comp frame.Compression) {
 	body := f[frame.HeaderSize:]
 	if h.Compressed() {
-		var d frame.Decompressor
 		var err error
-		if body, err = d.Body(comp, body, s.p.cfg.MaxFrameBytes); err != nil {
+		if body, err = s.responseBody(f, comp); err != nil {
 			return
 		}
 	}
-	body = skipResponsePrefix(body, h)
-	if len(body) < 6 || binary.BigEndian.Uint32(body) != resultSetKeyspace {
+	body, _ = frame.ResponseMessage(body, h)
+	name, ok := frame.SetKeyspace(body)
+	if !ok {
 		return
 	}
-	n := int(binary.BigEndian.Uint16(body[4:]))
-	if len(body) < 6+n {
-		return
-	}
-	ks := append([]byte(nil), body[6:6+n]...)
+	ks := append([]byte(nil), name...)
 	s.keyspace.Store(&ks)
-}
-
-// Kinds of RESULT the proxy reads.
-const (
-	resultSetKeyspace = 3
-	resultPrepared    = 4
-)
-
-// skipResponsePrefix skips what a response body may carry before its
-// message: a tracing id, warnings and a custom payload, as the flags say.
-func skipResponsePrefix(body []byte, h frame.Header) []byte {
-	if h.Flags&frame.FlagTracing != 0 {
-		if len(body) < 16 {
-			return nil
-		}
-		body = body[16:]
-	}
-	if h.Flags&frame.FlagWarning != 0 {
-		if len(body) < 2 {
-			return nil
-		}
-		n := int(binary.BigEndian.Uint16(body))
-		body = body[2:]
-		for range n {
-			if len(body) < 2 || len(body) < 2+int(binary.BigEndian.Uint16(body)) {
-				return nil
-			}
-			body = body[2+int(binary.BigEndian.Uint16(body)):]
-		}
-	}
-	return skipRequestPrefix(body, h)
 }

@@ -410,7 +410,7 @@ func (s *session) reply(f []byte) {
 // refuseVersion answers a frame of a protocol version cqlguard does not
 // speak the way Cassandra does, so that the driver retries with a lower one.
 func (s *session) refuseVersion(e *frame.UnsupportedVersionError) {
-	b := versionError(e)
+	b := frame.AppendVersionError(nil, e)
 	s.p.metrics.frame(dirResponse, frame.OpError, len(b))
 	s.toClient.Write(b)
 }

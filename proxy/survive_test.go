@@ -119,7 +119,7 @@ func (n *stubNode) serve(c *stubConn) {
 				continue
 			}
 			if ks, ok := bytes.CutPrefix(q, []byte("USE ")); ok && h.Opcode == frame.OpQuery {
-				body := binary.BigEndian.AppendUint32(nil, resultSetKeyspace)
+				body := binary.BigEndian.AppendUint32(nil, frame.ResultKindSetKeyspace)
 				body = binary.BigEndian.AppendUint16(body, uint16(len(ks)))
 				c.reply(h, frame.OpResult, append(body, ks...))
 				continue
@@ -128,7 +128,7 @@ func (n *stubNode) serve(c *stubConn) {
 		if h.Opcode == frame.OpPrepare {
 			q, _ := frame.QueryString(f[frame.HeaderSize:])
 			id := md5.Sum(q)
-			c.prepared = append(binary.BigEndian.AppendUint32(c.prepared[:0], resultPrepared), 0, 16)
+			c.prepared = append(binary.BigEndian.AppendUint32(c.prepared[:0], frame.ResultKindPrepared), 0, 16)
 			c.prepared = append(c.prepared, id[:]...)
 			c.prepared = append(c.prepared, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // no flags, columns or key
 			c.prepared = append(c.prepared, 0, 0, 0, 4, 0, 0, 0, 0)             // result: no metadata

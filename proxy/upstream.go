@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/datastax/go-cassandra-native-protocol/primitive"
 
 	"github.com/cqlguard/cqlguard/frame"
 )
@@ -60,29 +57,10 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 		return nil, fmt.Errorf("upstream %s: reading SUPPORTED: %w", addr, err)
 	}
 	if h.Opcode == frame.OpSupported {
-		opts, err := primitive.ReadStringMultiMap(bytes.NewReader(f[frame.HeaderSize:]))
-		if err == nil {
-			_, u.rateLimitError = opts[rateLimitKey]
-		}
+		u.rateLimitError, _ = frame.SupportedHas(f[frame.HeaderSize:], h, rateLimitKey)
 	}
 	c.SetDeadline(time.Time{})
 	return u, nil
-}
-
-// versionError is the ERROR Cassandra sends for a protocol version it does
-// not speak, in a header the driver can read: the 8-byte v1/v2 layout for
-// older versions, v4 for newer ones.
-func versionError(e *frame.UnsupportedVersionError) []byte {
-	if e.Version >= 1 && e.Version < 3 {
-		msg := e.Error()
-		b := []byte{e.Version | 0x80, 0, 0, byte(frame.OpError), 0, 0, 0, 0}
-		b = append(b, 0, 0, 0, byte(frame.ErrCodeProtocol), byte(len(msg)>>8), byte(len(msg)))
-		b = append(b, msg...)
-		n := len(b) - 8
-		b[4], b[5], b[6], b[7] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-		return b
-	}
-	return frame.AppendError(nil, 4, 0, frame.ErrCodeProtocol, e.Error())
 }
 
 // refuse answers a client's first frame with a server error and closes the
