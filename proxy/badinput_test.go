@@ -382,13 +382,13 @@ func TestBadInput(t *testing.T) {
 		{
 			name: "QUERY with a garbage body", version: 4,
 			input:  func(c *badClient) []byte { return rawFrame(4, 13, frame.OpQuery, 5, 0, 0, 0, 100, 'x') },
-			want:   &clientAnswer{13, frame.OpResult, 0, ""}, // the node's answer
+			want:   &clientAnswer{13, frame.OpError, protocolErr, "fakenode: bad QUERY"}, // the node's answer
 			reason: "bad_request_body", level: "info", logged: "request body not understood; forwarded unclassified",
 		},
 		{
 			name: "PREPARE with a garbage body", version: 4,
 			input:  func(c *badClient) []byte { return rawFrame(4, 13, frame.OpPrepare, 3, 0, 0, 0) },
-			want:   &clientAnswer{13, frame.OpResult, 0, ""}, // the node's answer
+			want:   &clientAnswer{13, frame.OpError, protocolErr, "fakenode: bad PREPARE"}, // the node's answer
 			reason: "bad_request_body", level: "info", logged: "request body not understood; forwarded unclassified",
 		},
 		{

@@ -115,12 +115,12 @@ func TestSupportedAndStartupOptIn(t *testing.T) {
 
 	// The opt-in reaches only an upstream that advertised it.
 	c.startup(map[string]string{rateLimitKey: ""})
-	if _, ok := plain.Startups()[0][rateLimitKey]; ok {
+	if _, ok := plain.Startups()[0].Options[rateLimitKey]; ok {
 		t.Errorf("opt-in forwarded to an upstream that does not support it")
 	}
 	c2 := dialRaw(t, scyllaAddr, 4)
 	c2.startup(map[string]string{rateLimitKey: ""})
-	if _, ok := scylla.Startups()[0][rateLimitKey]; !ok {
+	if _, ok := scylla.Startups()[0].Options[rateLimitKey]; !ok {
 		t.Errorf("opt-in not forwarded to an upstream that supports it")
 	}
 }
