@@ -65,7 +65,7 @@ func runWithCassandra(m *testing.M) int {
 			stop.Run()
 		}()
 	}
-	stop, err := startProxy(proxy.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}}, proxy.WithObserver(observed.add))
+	_, stop, err := startProxy(proxy.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}}, proxy.WithObserver(observed.add))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting cqlguard:", err)
 		return 1
@@ -76,9 +76,15 @@ func runWithCassandra(m *testing.M) int {
 
 // startProxy runs a proxy in this process with cfg over the defaults, and
 // returns a function that drains it.
-func startProxy(over proxy.Config, opts ...proxy.Option) (func(), error) {
+func startProxy(over proxy.Config, opts ...proxy.Option) (addr string, stop func(), err error) {
+	// Listening first lets over.Listen name port 0 and the proxy advertise
+	// the port it serves on.
+	ln, err := net.Listen("tcp", over.Listen)
+	if err != nil {
+		return "", nil, err
+	}
 	cfg := proxy.DefaultConfig()
-	cfg.Listen = over.Listen
+	cfg.Listen = ln.Addr().String()
 	cfg.Advertise = over.Advertise
 	cfg.Upstreams = over.Upstreams
 	if over.Mode != "" {
@@ -99,14 +105,11 @@ func startProxy(over proxy.Config, opts ...proxy.Option) (func(), error) {
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Str("proxy", cfg.Listen).Logger()
 	p, err := proxy.New(cfg, log, prometheus.NewRegistry(), opts...)
 	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, err
+		ln.Close()
+		return "", nil, err
 	}
 	go p.Serve(ln)
-	return func() {
+	return cfg.Listen, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		p.Shutdown(ctx)

@@ -20,8 +20,7 @@ import (
 // again through the proxy, over new connections.
 func TestCassandraRestart(t *testing.T) {
 	skipUnlessEnabled(t)
-	const addr = "127.0.0.1:9045"
-	stopProxy, err := startProxy(proxy.Config{Listen: addr, Upstreams: []string{cassandraAddr}})
+	addr, stopProxy, err := startProxy(proxy.Config{Listen: "127.0.0.1:0", Upstreams: []string{cassandraAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
