@@ -143,6 +143,16 @@ func (r *recorder) DialContext(ctx context.Context, network, addr string) (net.C
 	return r.d.DialContext(ctx, network, addr)
 }
 
+// waitUntil polls cond until it holds, failing the test after 5 s.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 func uniq(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)

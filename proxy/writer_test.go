@@ -36,10 +36,14 @@ func TestWriterBackPressure(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
-	w.mu.Lock()
-	pending := len(w.pending)
-	w.mu.Unlock()
+	// The producer waits once the next frame would pass the bound.
+	var pending int
+	waitUntil(t, "the pending bytes at the bound", func() bool {
+		w.mu.Lock()
+		pending = len(w.pending)
+		w.mu.Unlock()
+		return pending+len(f) > max
+	})
 	if pending > max+len(f) {
 		t.Fatalf("%d bytes pending with a bound of %d", pending, max)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,8 +81,22 @@ func TestLimitsEnforced(t *testing.T) {
 		"CREATE TABLE IF NOT EXISTS cqlguard_limits.cold (k int, c int, PRIMARY KEY (k, c))",
 	)
 	defer s.Close()
-	// The proxy learns of the tables from the schema change.
-	time.Sleep(2 * time.Second)
+	// The proxy learns of the tables from the schema change: an inline
+	// write to each, in a partition no check counts, is pinned to its
+	// partition once it has.
+	for _, table := range []string{"hot", "cold"} {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if err := s.Query("INSERT INTO cqlguard_limits." + table + " (k, c) VALUES (-1, 0)").Exec(); err != nil {
+				t.Fatalf("probing cqlguard_limits.%s: %v", table, err)
+			}
+			if slices.ContainsFunc(seen.take("cqlguard_limits", table), func(o observation) bool { return o.pinned }) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 20 s the proxy still does not know cqlguard_limits.%s", table)
+			}
+		}
+	}
 	seen.take("cqlguard_limits", "hot")
 
 	// requestsSeen returns how many reads or writes of partition k of the

@@ -56,7 +56,7 @@ func TestCassandraRestart(t *testing.T) {
 			}
 			if err != nil {
 				failed.Add(1)
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // paces the writes while Cassandra is down
 				continue
 			}
 			ok.Add(1)
@@ -71,11 +71,13 @@ func TestCassandraRestart(t *testing.T) {
 			t.Fatalf("cassandra.sh %s: %v\n%s", arg, err, out)
 		}
 	}
-	time.Sleep(time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ok.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	before := ok.Load()
 	run("stop")
 	stopped := time.Now()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // Cassandra stays down a while: the writes meanwhile fail
 	okWhileDown := ok.Load()
 	run("start")
 	t.Logf("Cassandra was down for %v", time.Since(stopped).Round(time.Millisecond))
@@ -87,7 +89,7 @@ func TestCassandraRestart(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	recovered := ok.Load() > okWhileDown
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the session writes on a while after its recovery
 	close(stop)
 	wg.Wait()
 
