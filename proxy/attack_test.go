@@ -200,7 +200,7 @@ func TestIdleAfterCompressedClaims(t *testing.T) {
 					t.Fatalf("compressed claim: %v %v", r, err)
 				}
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // every session back to waiting
 			after, _ := memUse()
 			per := (float64(after) - float64(before)) / n
 			t.Logf("per connection idle after %s: %.0f B more heap", name, per)

@@ -231,22 +231,26 @@ func errorBody(b []byte) (int32, string) {
 // connection's id and the client's address; never a panic or a hang. The
 // connection goes on where it can, and the node goes on serving others.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	var log logLines
-	fakeNode(t, "127.0.0.11:19100", fakenode.Options{})
-	startStubNode(t, "127.0.0.11:19101")
-	fakeNode(t, "127.0.0.11:19102", fakenode.Options{Supported: map[string][]string{"X_PADDING": {strings.Repeat("x", 2000)}}})
-	// Nothing listens on 127.0.0.11:19103.
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	stub := startStubNode(t, "127.0.0.1:0")
+	big := fakeNode(t, "127.0.0.1:0", fakenode.Options{Supported: map[string][]string{"X_PADDING": {strings.Repeat("x", 2000)}}})
+	// Nothing listens on nowhere once its listener is closed.
+	ln := listen(t, "127.0.0.1:0")
+	nowhere := ln.Addr().String()
+	ln.Close()
 	dir := t.TempDir()
 	cert, key := newTestCA(t).issue(t, "cqlguard", 2)
 	tlsFiles := config.TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key")}
 	writeFile(t, tlsFiles.CertFile, cert)
 	writeFile(t, tlsFiles.KeyFile, key)
 	proxies := map[string]*badInputProxy{
-		"fake": startBadInputProxy(t, &log, "127.0.0.12:19100", "127.0.0.11:19100", nil),
-		"stub": startBadInputProxy(t, &log, "127.0.0.12:19101", "127.0.0.11:19101", nil),
-		"big":  startBadInputProxy(t, &log, "127.0.0.12:19102", "127.0.0.11:19102", nil),
-		"none": startBadInputProxy(t, &log, "127.0.0.12:19103", "127.0.0.11:19103", nil),
-		"tls": startBadInputProxy(t, &log, "127.0.0.12:19104", "127.0.0.11:19100", func(c *config.Config) {
+		"fake": startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), nil),
+		"stub": startBadInputProxy(t, &log, "127.0.0.1:0", stub.ln.Addr().String(), nil),
+		"big":  startBadInputProxy(t, &log, "127.0.0.1:0", big.Addr(), nil),
+		"none": startBadInputProxy(t, &log, "127.0.0.1:0", nowhere, nil),
+		"tls": startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), func(c *config.Config) {
 			c.TLS = tlsFiles
 		}),
 	}
@@ -383,13 +387,13 @@ func TestBadInput(t *testing.T) {
 		{
 			name: "QUERY with a garbage body", version: 4,
 			input:  func(c *badClient) []byte { return rawFrame(4, 13, frame.OpQuery, 5, 0, 0, 0, 100, 'x') },
-			want:   &clientAnswer{13, frame.OpResult, 0, ""}, // the node's answer
+			want:   &clientAnswer{13, frame.OpError, protocolErr, "fakenode: bad QUERY"}, // the node's answer
 			reason: "bad_request_body", level: "info", logged: "request body not understood; forwarded unclassified",
 		},
 		{
 			name: "PREPARE with a garbage body", version: 4,
 			input:  func(c *badClient) []byte { return rawFrame(4, 13, frame.OpPrepare, 3, 0, 0, 0) },
-			want:   &clientAnswer{13, frame.OpResult, 0, ""}, // the node's answer
+			want:   &clientAnswer{13, frame.OpError, protocolErr, "fakenode: bad PREPARE"}, // the node's answer
 			reason: "bad_request_body", level: "info", logged: "request body not understood; forwarded unclassified",
 		},
 		{
@@ -480,8 +484,8 @@ func TestBadInput(t *testing.T) {
 		{
 			name: "no upstream node reachable", node: "none",
 			input: func(c *badClient) []byte { return options(4, 19) },
-			want:  &clientAnswer{19, frame.OpError, serverErr, "no upstream node reachable: dialing upstream 127.0.0.11:19103"}, closed: true,
-			level: "error", logged: "no upstream node reachable", logErr: "127.0.0.11:19103",
+			want:  &clientAnswer{19, frame.OpError, serverErr, "no upstream node reachable: dialing upstream " + nowhere}, closed: true,
+			level: "error", logged: "no upstream node reachable", logErr: nowhere,
 			dialErrors: 1,
 		},
 		{

@@ -19,8 +19,8 @@ import (
 
 // echoUpstream answers OPTIONS with an empty SUPPORTED and every other
 // request with a void RESULT, allocating nothing per request, so that a
-// benchmark's allocations are the proxy's.
-func echoUpstream(b *testing.B, addr string) {
+// benchmark's allocations are the proxy's. It returns its address.
+func echoUpstream(b *testing.B, addr string) string {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
@@ -61,18 +61,19 @@ func echoUpstream(b *testing.B, addr string) {
 			}()
 		}
 	}()
+	return ln.Addr().String()
 }
 
 // BenchmarkForwardExecute pipelines EXECUTE requests through the proxy, 128
 // in flight, and reports the whole process's allocations per request: the
 // client and upstream here allocate nothing, so they are the proxy's.
 func BenchmarkForwardExecute(b *testing.B) {
-	echoUpstream(b, "127.0.0.3:19060")
+	up := echoUpstream(b, "127.0.0.1:0")
 	cfg := config.Default()
-	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.5:19060", []string{"127.0.0.3:19060"}, ""
-	startBenchProxy(b, cfg)
+	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up}, ""
+	addr := startBenchProxy(b, cfg)
 
-	c, err := net.Dial("tcp", cfg.Listen)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func BenchmarkForwardExecute(b *testing.B) {
 	}
 }
 
-func startBenchProxy(b *testing.B, cfg config.Config) *Proxy {
+func startBenchProxy(b *testing.B, cfg config.Config) string {
 	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 	if err != nil {
 		b.Fatal(err)
@@ -130,7 +131,7 @@ func startBenchProxy(b *testing.B, cfg config.Config) *Proxy {
 	}
 	go p.Serve(ln)
 	b.Cleanup(func() { ln.Close() })
-	return p
+	return ln.Addr().String()
 }
 
 // BenchmarkGocqlThroughput runs a real driver's load through the proxy:

@@ -32,6 +32,7 @@ func TestFrameTimeout(t *testing.T) {
 	stalled := rawConn(t, addr)
 	start := time.Now()
 	stalled.Write(options[:5])
+	// The idle client idles for twice frame_timeout: the point of the test.
 	time.Sleep(600 * time.Millisecond)
 	b, err := io.ReadAll(stalled)
 	if err != nil || len(b) != 0 {

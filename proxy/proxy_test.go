@@ -87,6 +87,42 @@ func serveProxy(tb testing.TB, cfg config.Config, log zerolog.Logger, reg promet
 	return p, ln.Addr().String()
 }
 
+// listen listens on addr (port 0) for a proxy whose address a test must
+// know before it starts, as the proxies that name each other as peers.
+func listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	return ln
+}
+
+// startProxyOn runs a proxy for cfg (over DefaultConfig) on ln until the
+// test ends; cfg.Listen is ln's address, so the proxy advertises the port
+// it serves on.
+func startProxyOn(t *testing.T, ln net.Listener, edit func(*config.Config)) *Proxy {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Listen = ln.Addr().String()
+	edit(&cfg)
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
+	if err != nil {
+		ln.Close()
+		t.Fatalf("New: %v", err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return p
+}
+
 type recorder struct {
 	mu    sync.Mutex
 	hosts []string
@@ -108,6 +144,16 @@ func (r *recorder) DialContext(ctx context.Context, network, addr string) (net.C
 	return r.d.DialContext(ctx, network, addr)
 }
 
+// waitUntil polls cond until it holds, failing the test after 5 s.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 func uniq(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
@@ -115,22 +161,25 @@ func uniq(s []string) []string {
 }
 
 // In node mode a driver learns the peers as the proxies in front of them,
-// and dials nothing else.
+// and dials nothing else. The nodes serve system.peers_v2, whose
+// native_port tells the driver each proxy's port: they differ.
 func TestNodeModeDriverSeesOnlyProxies(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19042", fakenode.Options{Peers: []string{"127.0.0.4"}})
-	fakeNode(t, "127.0.0.4:19042", fakenode.Options{Peers: []string{"127.0.0.3"}})
-	startProxy(t, func(c *config.Config) {
-		c.Listen, c.Mode, c.Upstreams = "127.0.0.5:19042", config.ModeNode, []string{"127.0.0.3:19042"}
-		c.Peers = map[string]string{"127.0.0.4": "127.0.0.6:19042"}
+	t.Parallel()
+	node3 := fakeNode(t, "127.0.0.3:0", fakenode.Options{Peers: []string{"127.0.0.4"}, PeersV2: true})
+	node4 := fakeNode(t, "127.0.0.4:0", fakenode.Options{Peers: []string{"127.0.0.3"}, PeersV2: true})
+	ln5, ln6 := listen(t, "127.0.0.5:0"), listen(t, "127.0.0.6:0")
+	proxy5, proxy6 := ln5.Addr().String(), ln6.Addr().String()
+	startProxyOn(t, ln5, func(c *config.Config) {
+		c.Mode, c.Upstreams = config.ModeNode, []string{node3.Addr()}
+		c.Peers = map[string]string{"127.0.0.4": proxy6}
 	})
-	startProxy(t, func(c *config.Config) {
-		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19042", config.ModeNode, []string{"127.0.0.4:19042"}
-		c.Peers = map[string]string{"127.0.0.3": "127.0.0.5:19042"}
+	startProxyOn(t, ln6, func(c *config.Config) {
+		c.Mode, c.Upstreams = config.ModeNode, []string{node4.Addr()}
+		c.Peers = map[string]string{"127.0.0.3": proxy5}
 	})
 
 	rec := &recorder{}
-	cluster := gocql.NewCluster("127.0.0.5")
-	cluster.Port = 19042
+	cluster := gocql.NewCluster(proxy5)
 	cluster.ProtoVersion = 4
 	cluster.HostFilter = rec
 	cluster.Dialer = rec
@@ -154,7 +203,7 @@ func TestNodeModeDriverSeesOnlyProxies(t *testing.T) {
 	if got, want := uniq(rec.hosts), []string{"127.0.0.5", "127.0.0.6"}; !slices.Equal(got, want) {
 		t.Errorf("driver learned hosts %v, want the proxies %v", got, want)
 	}
-	if got, want := uniq(rec.dials), []string{"127.0.0.5:19042", "127.0.0.6:19042"}; !slices.Equal(got, want) {
+	if got, want := uniq(rec.dials), []string{proxy5, proxy6}; !slices.Equal(got, want) {
 		t.Errorf("driver dialed %v, want the proxies %v", got, want)
 	}
 }
@@ -162,10 +211,10 @@ func TestNodeModeDriverSeesOnlyProxies(t *testing.T) {
 // In cluster mode a driver sees the proxy as the only node, owning the
 // whole ring, in every protocol version and compression.
 func TestClusterModeTopology(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19043", fakenode.Options{Peers: []string{"127.0.0.4"}})
-	p, _ := startProxy(t, func(c *config.Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19043", []string{"127.0.0.3:19043"}
-	})
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.3:0", fakenode.Options{Peers: []string{"127.0.0.4"}})
+	ln := listen(t, "127.0.0.5:0")
+	p := startProxyOn(t, ln, func(c *config.Config) { c.Upstreams = []string{node.Addr()} })
 	for _, tc := range []struct {
 		proto int
 		comp  gocql.Compressor
@@ -178,8 +227,7 @@ func TestClusterModeTopology(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("v%d-%s", tc.proto, name), func(t *testing.T) {
 			rec := &recorder{}
-			cluster := gocql.NewCluster("127.0.0.5")
-			cluster.Port = 19043
+			cluster := gocql.NewCluster(ln.Addr().String())
 			cluster.ProtoVersion = tc.proto
 			cluster.Compressor = tc.comp
 			cluster.HostFilter = rec
@@ -244,14 +292,15 @@ func errorOf(t *testing.T, h frame.Header, body []byte) (int32, string) {
 
 // Bad input gets a protocol error, and the connection goes on where it can.
 func TestBadFrames(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19044", fakenode.Options{})
-	startProxy(t, func(c *config.Config) {
-		c.Listen, c.Upstreams = "127.0.0.5:19044", []string{"127.0.0.3:19044"}
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	_, addr := startProxy(t, func(c *config.Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.MaxFrameBytes = 1024
 	})
 
 	t.Run("too large, then usable", func(t *testing.T) {
-		c := rawConn(t, "127.0.0.5:19044")
+		c := rawConn(t, addr)
 		big := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 3, Opcode: frame.OpQuery, Length: 4096})
 		big = append(big, make([]byte, 4096)...)
 		options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 4, Opcode: frame.OpOptions})
@@ -273,7 +322,7 @@ func TestBadFrames(t *testing.T) {
 
 	for _, v := range []byte{1, 2, 6, 0x41} {
 		t.Run("version "+string('0'+v), func(t *testing.T) {
-			c := rawConn(t, "127.0.0.5:19044")
+			c := rawConn(t, addr)
 			c.Write([]byte{v, 0, 0, 1, byte(frame.OpOptions), 0, 0, 0, 0})
 			b, _ := io.ReadAll(c)
 			if len(b) < 8 || b[0]&0x80 == 0 {

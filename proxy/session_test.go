@@ -116,22 +116,23 @@ func TestSupportedAndStartupOptIn(t *testing.T) {
 
 	// The opt-in reaches only an upstream that advertised it.
 	c.startup(map[string]string{rateLimitKey: ""})
-	if _, ok := plain.Startups()[0][rateLimitKey]; ok {
+	if _, ok := plain.Startups()[0].Options[rateLimitKey]; ok {
 		t.Errorf("opt-in forwarded to an upstream that does not support it")
 	}
 	c2 := dialRaw(t, scyllaAddr, 4)
 	c2.startup(map[string]string{rateLimitKey: ""})
-	if _, ok := scylla.Startups()[0][rateLimitKey]; !ok {
+	if _, ok := scylla.Startups()[0].Options[rateLimitKey]; !ok {
 		t.Errorf("opt-in not forwarded to an upstream that supports it")
 	}
 }
 
 func TestEventsFiltered(t *testing.T) {
-	node := fakeNode(t, "127.0.0.3:19046", fakenode.Options{})
-	startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.5:19046", []string{"127.0.0.3:19046"} })
-	nodeNode := fakeNode(t, "127.0.0.4:19046", fakenode.Options{})
-	startProxy(t, func(c *config.Config) {
-		c.Listen, c.Mode, c.Upstreams = "127.0.0.6:19046", config.ModeNode, []string{"127.0.0.4:19046"}
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	_, clusterAddr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()} })
+	nodeNode := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	_, nodeAddr := startProxy(t, func(c *config.Config) {
+		c.Listen, c.Mode, c.Upstreams = "127.0.0.1:0", config.ModeNode, []string{nodeNode.Addr()}
 		c.Peers = map[string]string{"127.0.0.8": "127.0.0.9:19046"}
 	})
 	up := func(ip byte) message.Message {
@@ -142,7 +143,7 @@ func TestEventsFiltered(t *testing.T) {
 
 	for _, v := range []primitive.ProtocolVersion{4, 5} {
 		// Cluster mode: node events are withheld, schema events pass.
-		c := dialRaw(t, "127.0.0.5:19046", v)
+		c := dialRaw(t, clusterAddr, v)
 		c.startup(nil)
 		c.send(1, &message.Register{EventTypes: []primitive.EventType{primitive.EventTypeTopologyChange, primitive.EventTypeStatusChange, primitive.EventTypeSchemaChange}})
 		c.recv()
@@ -154,7 +155,7 @@ func TestEventsFiltered(t *testing.T) {
 		}
 
 		// Node mode: events about a mapped peer name its proxy; others are withheld.
-		c = dialRaw(t, "127.0.0.6:19046", v)
+		c = dialRaw(t, nodeAddr, v)
 		c.startup(nil)
 		c.send(1, &message.Register{EventTypes: []primitive.EventType{primitive.EventTypeStatusChange}})
 		c.recv()
@@ -174,10 +175,11 @@ func equalMessages(a, b message.Message) bool {
 // A driver asking for v5 of an upstream that speaks only v4 gets the
 // upstream's refusal and settles on v4.
 func TestVersionDowngrade(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19047", fakenode.Options{MaxVersion: 4})
-	startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.5:19047", []string{"127.0.0.3:19047"} })
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{MaxVersion: 4})
+	_, addr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()} })
 
-	c := dialRaw(t, "127.0.0.5:19047", 5)
+	c := dialRaw(t, addr, 5)
 	c.send(0, &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}})
 	f, _, err := c.r.Next()
 	if err != nil {
@@ -190,8 +192,7 @@ func TestVersionDowngrade(t *testing.T) {
 	c.v = 4
 	c.startup(nil)
 
-	cluster := gocql.NewCluster("127.0.0.5")
-	cluster.Port = 19047
+	cluster := gocql.NewCluster(addr)
 	s, err := cluster.CreateSession()
 	if err != nil {
 		t.Fatalf("driver negotiating its version: %v", err)
@@ -201,9 +202,10 @@ func TestVersionDowngrade(t *testing.T) {
 
 // Shutdown lets a request in flight finish, then closes the connection.
 func TestDrainAnswersInFlight(t *testing.T) {
-	fakeNode(t, "127.0.0.3:19048", fakenode.Options{SlowQuery: "slow", SlowFor: 300 * time.Millisecond})
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{SlowQuery: "slow", SlowFor: 300 * time.Millisecond})
 	cfg := config.Default()
-	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.5:19048", []string{"127.0.0.3:19048"}, ""
+	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{node.Addr()}, ""
 	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
 	if err != nil {
 		t.Fatal(err)
@@ -213,11 +215,12 @@ func TestDrainAnswersInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	go p.Serve(ln)
+	addr := ln.Addr().String()
 
-	c := dialRaw(t, cfg.Listen, 4)
+	c := dialRaw(t, addr, 4)
 	c.startup(nil)
 	c.send(5, &message.Query{Query: "SELECT v FROM ks.slow", Options: &message.QueryOptions{}})
-	time.Sleep(50 * time.Millisecond) // let the request reach the upstream
+	waitUntil(t, "the request in flight", func() bool { return p.inflight.n.Load() == 1 })
 	done := make(chan error)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -233,16 +236,17 @@ func TestDrainAnswersInFlight(t *testing.T) {
 	if _, err := c.c.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("connection not closed after draining: %v", err)
 	}
-	if _, err := net.Dial("tcp", cfg.Listen); err == nil {
+	if _, err := net.Dial("tcp", addr); err == nil {
 		t.Error("still accepting after Shutdown")
 	}
 }
 
 func TestAdminEndpoints(t *testing.T) {
-	node := fakeNode(t, "127.0.0.3:19049", fakenode.Options{})
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
 	reg := prometheus.NewRegistry()
 	cfg := config.Default()
-	cfg.Listen, cfg.Upstreams = "127.0.0.5:19049", []string{"127.0.0.3:19049"}
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{}))
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +257,7 @@ func TestAdminEndpoints(t *testing.T) {
 	srv := httptest.NewServer(p.AdminHandler(reg))
 	defer srv.Close()
 
-	c := dialRaw(t, cfg.Listen, 4)
+	c := dialRaw(t, ln.Addr().String(), 4)
 	c.startup(nil)
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
@@ -281,7 +285,7 @@ func TestAdminEndpoints(t *testing.T) {
 		}
 	}
 	node.Close()
-	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "127.0.0.3:19049") {
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, node.Addr()) {
 		t.Errorf("/readyz with the upstream down: %d %s", code, body)
 	}
 }

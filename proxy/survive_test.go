@@ -674,8 +674,9 @@ func TestBufferedBytesTotal(t *testing.T) {
 	w2.Write(frameOf('d', 600)) // held being written: peer2 reads no more
 	w1.Write(frameOf('e', 600)) // over the bound, w1 holding none
 	stuck := make(chan error, 1)
+	waited := waits.Load()
 	go func() { stuck <- w1.Write(frameOf('f', 10)) }()
-	time.Sleep(20 * time.Millisecond)
+	waitUntil(t, "w1 waiting on the budget", func() bool { return waits.Load() > waited })
 	peer1.Close()
 	c1.Close()
 	go w1.Close()
@@ -737,7 +738,7 @@ func TestFrameBytesTotal(t *testing.T) {
 			// a sends half of a large frame: its reader holds 200 KiB.
 			fa := large(1)
 			a.write(fa[:len(fa)/2])
-			time.Sleep(50 * time.Millisecond)
+			waitUntil(t, "a's reader holding its frame", func() bool { return p.requestFrames.n.Load() > 0 })
 			// b's large frame would pass 300 KiB: it waits.
 			b.write(large(2))
 			quiet(b, "the second large frame")

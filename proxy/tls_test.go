@@ -59,7 +59,7 @@ func (ca *testCA) issue(t *testing.T, name string, serial int64) (certPEM, keyPE
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.7"), net.ParseIP("127.0.0.8")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 	}
@@ -85,7 +85,8 @@ func writeFile(t *testing.T, path string, b []byte) {
 // CA, are refused without one, and a reload serves a renewed certificate
 // to new connections.
 func TestClientTLS(t *testing.T) {
-	fakeNode(t, "127.0.0.7:19074", fakenode.Options{})
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	cfgTLS := config.TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key"), ClientCAFile: filepath.Join(dir, "ca.pem")}
@@ -93,8 +94,8 @@ func TestClientTLS(t *testing.T) {
 	writeFile(t, cfgTLS.CertFile, cert)
 	writeFile(t, cfgTLS.KeyFile, key)
 	writeFile(t, cfgTLS.ClientCAFile, ca.pem)
-	p, _ := startProxy(t, func(c *config.Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19074", []string{"127.0.0.7:19074"}
+	p, addr := startProxy(t, func(c *config.Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.TLS = cfgTLS
 	})
 
@@ -107,8 +108,8 @@ func TestClientTLS(t *testing.T) {
 	}
 	// options dials with TLS, sends OPTIONS and returns the server's name.
 	options := func(certs []tls.Certificate) (string, error) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", "127.0.0.8:19074",
-			&tls.Config{RootCAs: roots, Certificates: certs, ServerName: "127.0.0.8"})
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+			&tls.Config{RootCAs: roots, Certificates: certs, ServerName: "127.0.0.1"})
 		if err != nil {
 			return "", err
 		}
@@ -157,6 +158,7 @@ func TestClientTLS(t *testing.T) {
 // configured CA: with the CA, clients are served; without it (the
 // system's roots), the upstream is refused and the client told why.
 func TestUpstreamTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	dir := t.TempDir()
 	cert, key := ca.issue(t, "node", 5)
@@ -164,15 +166,15 @@ func TestUpstreamTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fakeNode(t, "127.0.0.7:19076", fakenode.Options{TLS: &tls.Config{Certificates: []tls.Certificate{nodeCert}}})
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{TLS: &tls.Config{Certificates: []tls.Certificate{nodeCert}}})
 	caFile := filepath.Join(dir, "ca.pem")
 	writeFile(t, caFile, ca.pem)
-	startProxy(t, func(c *config.Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19076", []string{"127.0.0.7:19076"}
+	_, trusting := startProxy(t, func(c *config.Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.UpstreamTLS = config.UpstreamTLSConfig{Enabled: true, CAFile: caFile}
 	})
-	startProxy(t, func(c *config.Config) {
-		c.Listen, c.Upstreams = "127.0.0.8:19077", []string{"127.0.0.7:19076"}
+	_, distrusting := startProxy(t, func(c *config.Config) {
+		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 		c.UpstreamTLS = config.UpstreamTLSConfig{Enabled: true}
 	})
 	ask := func(addr string) (frame.Header, []byte) {
@@ -185,10 +187,10 @@ func TestUpstreamTLS(t *testing.T) {
 		}
 		return h, f[frame.HeaderSize:]
 	}
-	if h, _ := ask("127.0.0.8:19076"); h.Opcode != frame.OpSupported {
+	if h, _ := ask(trusting); h.Opcode != frame.OpSupported {
 		t.Errorf("through a proxy that trusts the node's CA: %s", h.Opcode)
 	}
-	h, body := ask("127.0.0.8:19077")
+	h, body := ask(distrusting)
 	if code, msg := errorOf(t, h, body); code != frame.ErrCodeServer || !strings.Contains(msg, "certificate") {
 		t.Errorf("through a proxy that does not trust it: %#x %q", code, msg)
 	}

@@ -36,10 +36,14 @@ func TestWriterBackPressure(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
-	w.mu.Lock()
-	pending := len(w.pending)
-	w.mu.Unlock()
+	// The producer waits once the next frame would pass the bound.
+	var pending int
+	waitUntil(t, "the pending bytes at the bound", func() bool {
+		w.mu.Lock()
+		pending = len(w.pending)
+		w.mu.Unlock()
+		return pending+len(f) > max
+	})
 	if pending > max+len(f) {
 		t.Fatalf("%d bytes pending with a bound of %d", pending, max)
 	}
@@ -84,7 +88,7 @@ func TestWriterSwitchesToSegments(t *testing.T) {
 // an idle writer has none, nor large buffers, and the next Write starts it
 // again.
 func TestWriterLoopOnlyWhileWriting(t *testing.T) {
-	c, peer := tcpPair(t, "127.0.0.13:19121")
+	c, peer := tcpPair(t, "127.0.0.1:0")
 	w := newWriter(c, 1<<20)
 	defer w.Close()
 	running := func() bool {
@@ -179,7 +183,7 @@ func tcpPair(tb testing.TB, addr string) (net.Conn, net.Conn) {
 		c, _ := ln.Accept()
 		accepted <- c
 	}()
-	c, err := net.Dial("tcp", addr)
+	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -195,7 +199,7 @@ func tcpPair(tb testing.TB, addr string) (net.Conn, net.Conn) {
 // peer to echo it, as a request-response client makes the proxy do: each
 // frame finds the writer idle.
 func BenchmarkWriterRoundTrip(b *testing.B) {
-	c, peer := tcpPair(b, "127.0.0.13:19120")
+	c, peer := tcpPair(b, "127.0.0.1:0")
 	go io.Copy(peer, peer)
 	w := newWriter(c, 1<<20)
 	defer w.Close()

@@ -12,18 +12,32 @@ import (
 	"time"
 )
 
+// portZeroAddr returns an address on port 0's choice for run to listen on:
+// run takes addresses, not listeners, so the test's listener is closed
+// before run listens there.
+func portZeroAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // The binary serves with a config file and flags over it, and SIGTERM
 // drains and returns cleanly.
 func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "cqlguard.yaml")
 	os.WriteFile(cfg, []byte("upstreams: [127.0.0.3:19050]\ndrain_timeout: 2s\nlog: {level: warn}\n"), 0o600)
+	listen, admin := portZeroAddr(t), portZeroAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run([]string{"-config", cfg, "-listen", "127.0.0.5:19050", "-admin", "127.0.0.5:19051"})
+		done <- run([]string{"-config", cfg, "-listen", listen, "-admin", admin})
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		resp, err := http.Get("http://127.0.0.5:19051/healthz")
+		resp, err := http.Get("http://" + admin + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			break
@@ -33,7 +47,7 @@ func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if c, err := net.Dial("tcp", "127.0.0.5:19050"); err != nil {
+	if c, err := net.Dial("tcp", listen); err != nil {
 		t.Fatalf("proxy not listening: %v", err)
 	} else {
 		c.Close()
@@ -50,6 +64,7 @@ func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(cfg, []byte("listen: 127.0.0.1:9042\nupstrems: [x:1]\n"), 0o600)
 	err := run([]string{"-config", cfg})
@@ -64,12 +79,13 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "cqlguard.yaml")
 	base := "upstreams: [127.0.0.3:19052]\ndrain_timeout: 2s\nlog: {level: error}\n"
 	os.WriteFile(cfg, []byte(base), 0o600)
+	listen, admin := portZeroAddr(t), portZeroAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- run([]string{"-config", cfg, "-watch-config=false", "-listen", "127.0.0.5:19052", "-admin", "127.0.0.5:19053"})
+		done <- run([]string{"-config", cfg, "-watch-config=false", "-listen", listen, "-admin", admin})
 	}()
 	metrics := func() string {
-		resp, err := http.Get("http://127.0.0.5:19053/metrics")
+		resp, err := http.Get("http://" + admin + "/metrics")
 		if err != nil {
 			return ""
 		}
@@ -109,6 +125,7 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 }
 
 func TestRunRejectsBadWatchInterval(t *testing.T) {
+	t.Parallel()
 	if err := run([]string{"-watch-interval", "0s"}); err == nil || !strings.Contains(err.Error(), "-watch-interval") {
 		t.Fatalf("want an error naming -watch-interval, got %v", err)
 	}

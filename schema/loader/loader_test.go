@@ -351,14 +351,18 @@ func TestLoadResolvesUserTypeFields(t *testing.T) {
 
 // fakeSource hands out numbered snapshots, or errors, and counts loads.
 type fakeSource struct {
-	mu    sync.Mutex
-	loads int
-	fail  bool
-	gate  chan struct{} // when set, each load waits for a value
-	calls chan int      // when set, receives each load's number
+	mu      sync.Mutex
+	loads   int
+	started int // loads begun, at the gate or past it
+	fail    bool
+	gate    chan struct{} // when set, each load waits for a value
+	calls   chan int      // when set, receives each load's number
 }
 
 func (f *fakeSource) Load(ctx context.Context) (*schema.Snapshot, error) {
+	f.mu.Lock()
+	f.started++
+	f.mu.Unlock()
 	if f.gate != nil {
 		select {
 		case <-f.gate:
@@ -460,7 +464,11 @@ func TestSchemaRefreshCoalesces(t *testing.T) {
 	for range 1000 {
 		s.Refresh()
 	}
-	time.Sleep(40 * time.Millisecond) // past settle: the load waits at the gate
+	waitFor(t, "the third load at the gate", func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.started == 3
+	})
 	for range 1000 {
 		s.Refresh()
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +23,8 @@ import (
 	"github.com/cqlguard/cqlguard/schema"
 )
 
-const (
-	limitsAddr   = "127.0.0.1:9043"
-	limitsConfig = `listen: ` + limitsAddr + `
-upstreams: [127.0.0.2:9042]
+// limitsConfig is the proxy's configuration file, after its listen line.
+const limitsConfig = `upstreams: [127.0.0.2:9042]
 admin: {listen: ""}
 schema: {username: cassandra, password_env: CQLGUARD_TEST_PASSWORD}
 limits:
@@ -35,7 +34,6 @@ limits:
       tables:
         hot: {max_writes_per_second: %d, max_reads_per_second: %d}
 `
-)
 
 // TestLimitsEnforced floods partitions of one table through a proxy that
 // limits it to 5 reads and 5 writes per second per partition. gocql, the
@@ -48,9 +46,15 @@ limits:
 func TestLimitsEnforced(t *testing.T) {
 	skipUnlessEnabled(t)
 	os.Setenv("CQLGUARD_TEST_PASSWORD", password)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	path := filepath.Join(t.TempDir(), "cqlguard.yaml")
 	writeLimits := func(limit string) {
-		if err := os.WriteFile(path, []byte(strings.ReplaceAll(limitsConfig, "%d", limit)), 0o600); err != nil {
+		text := "listen: " + ln.Addr().String() + "\n" + strings.ReplaceAll(limitsConfig, "%d", limit)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,10 +66,7 @@ func TestLimitsEnforced(t *testing.T) {
 	seen := &classLog{watched: map[string]bool{"cqlguard_limits": true}, byTable: map[string][]observation{}}
 	p, err := proxy.New(cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), prometheus.NewRegistry(), proxy.WithObserver(seen.add))
 	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	go p.Serve(ln)
@@ -81,8 +82,22 @@ func TestLimitsEnforced(t *testing.T) {
 		"CREATE TABLE IF NOT EXISTS cqlguard_limits.cold (k int, c int, PRIMARY KEY (k, c))",
 	)
 	defer s.Close()
-	// The proxy learns of the tables from the schema change.
-	time.Sleep(2 * time.Second)
+	// The proxy learns of the tables from the schema change: an inline
+	// write to each, in a partition no check counts, is pinned to its
+	// partition once it has.
+	for _, table := range []string{"hot", "cold"} {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if err := s.Query("INSERT INTO cqlguard_limits." + table + " (k, c) VALUES (-1, 0)").Exec(); err != nil {
+				t.Fatalf("probing cqlguard_limits.%s: %v", table, err)
+			}
+			if slices.ContainsFunc(seen.take("cqlguard_limits", table), func(o observation) bool { return o.pinned }) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 20 s the proxy still does not know cqlguard_limits.%s", table)
+			}
+		}
+	}
 	seen.take("cqlguard_limits", "hot")
 
 	// requestsSeen returns how many reads or writes of partition k of the
@@ -180,7 +195,7 @@ func TestLimitsEnforced(t *testing.T) {
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			const n = 50
-			env := append([]string{"CQL_PORT=9043", "LIMIT_KEY=" + strconv.Itoa(int(d.key)), "LIMIT_N=" + strconv.Itoa(n)}, d.env...)
+			env := append([]string{"CQL_PORT=" + port, "LIMIT_KEY=" + strconv.Itoa(int(d.key)), "LIMIT_N=" + strconv.Itoa(n)}, d.env...)
 			out := runDriverScript(t, d.dir, d.script, env...)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			var res struct {

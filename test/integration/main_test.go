@@ -66,7 +66,7 @@ func runWithCassandra(m *testing.M) int {
 			stop.Run()
 		}()
 	}
-	stop, err := startProxy(config.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}}, proxy.WithObserver(observed.add))
+	_, stop, err := startProxy(config.Config{Listen: proxyAddr, Upstreams: []string{cassandraAddr}}, proxy.WithObserver(observed.add))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting cqlguard:", err)
 		return 1
@@ -77,9 +77,15 @@ func runWithCassandra(m *testing.M) int {
 
 // startProxy runs a proxy in this process with cfg over the defaults, and
 // returns a function that drains it.
-func startProxy(over config.Config, opts ...proxy.Option) (func(), error) {
+func startProxy(over config.Config, opts ...proxy.Option) (addr string, stop func(), err error) {
+	// Listening first lets over.Listen name port 0 and the proxy advertise
+	// the port it serves on.
+	ln, err := net.Listen("tcp", over.Listen)
+	if err != nil {
+		return "", nil, err
+	}
 	cfg := config.Default()
-	cfg.Listen = over.Listen
+	cfg.Listen = ln.Addr().String()
 	cfg.Advertise = over.Advertise
 	cfg.Upstreams = over.Upstreams
 	if over.Mode != "" {
@@ -100,14 +106,11 @@ func startProxy(over config.Config, opts ...proxy.Option) (func(), error) {
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Str("proxy", cfg.Listen).Logger()
 	p, err := proxy.New(cfg, log, prometheus.NewRegistry(), opts...)
 	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, err
+		ln.Close()
+		return "", nil, err
 	}
 	go p.Serve(ln)
-	return func() {
+	return cfg.Listen, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		p.Shutdown(ctx)

@@ -20,8 +20,7 @@ import (
 // again through the proxy, over new connections.
 func TestCassandraRestart(t *testing.T) {
 	skipUnlessEnabled(t)
-	const addr = "127.0.0.1:9045"
-	stopProxy, err := startProxy(config.Config{Listen: addr, Upstreams: []string{cassandraAddr}})
+	addr, stopProxy, err := startProxy(config.Config{Listen: "127.0.0.1:0", Upstreams: []string{cassandraAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +56,7 @@ func TestCassandraRestart(t *testing.T) {
 			}
 			if err != nil {
 				failed.Add(1)
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // paces the writes while Cassandra is down
 				continue
 			}
 			ok.Add(1)
@@ -72,11 +71,13 @@ func TestCassandraRestart(t *testing.T) {
 			t.Fatalf("cassandra.sh %s: %v\n%s", arg, err, out)
 		}
 	}
-	time.Sleep(time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ok.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	before := ok.Load()
 	run("stop")
 	stopped := time.Now()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // Cassandra stays down a while: the writes meanwhile fail
 	okWhileDown := ok.Load()
 	run("start")
 	t.Logf("Cassandra was down for %v", time.Since(stopped).Round(time.Millisecond))
@@ -88,7 +89,7 @@ func TestCassandraRestart(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	recovered := ok.Load() > okWhileDown
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the session writes on a while after its recovery
 	close(stop)
 	wg.Wait()
 

@@ -26,7 +26,6 @@ const (
 	soakStable   = 12
 	soakChurning = 4
 	soakWorkers  = 4
-	soakAddr     = "127.0.0.1:9046"
 )
 
 // TestSoakCassandra runs many gocql sessions through an in-process cqlguard
@@ -44,13 +43,13 @@ func TestSoakCassandra(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("CQLGUARD_SOAK")); err == nil {
 		duration = d
 	}
-	stopProxy, err := startProxy(config.Config{Listen: soakAddr, Upstreams: []string{cassandraAddr}})
+	addr, stopProxy, err := startProxy(config.Config{Listen: "127.0.0.1:0", Upstreams: []string{cassandraAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopProxy()
 
-	setup := sessionThrough(t, soakAddr, func(c *gocql.ClusterConfig) { c.Timeout = 30 * time.Second },
+	setup := sessionThrough(t, addr, func(c *gocql.ClusterConfig) { c.Timeout = 30 * time.Second },
 		"CREATE KEYSPACE IF NOT EXISTS cqlguard_soak WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
 		"DROP TABLE IF EXISTS cqlguard_soak.rows",
 		"CREATE TABLE cqlguard_soak.rows (id bigint PRIMARY KEY, v blob)",
@@ -58,11 +57,11 @@ func TestSoakCassandra(t *testing.T) {
 	setup.Close()
 
 	// The nonce sets this run's values apart from an earlier run's.
-	run := &soakRun{nonce: rand.Uint64(), deadline: time.Now().Add(duration)}
+	run := &soakRun{addr: addr, nonce: rand.Uint64(), deadline: time.Now().Add(duration)}
 
 	// A first session through the proxy starts whatever gocql and the
 	// proxy start once per process; the baseline is taken after it.
-	warm, err := run.open(soakAddr)
+	warm, err := run.open(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +146,7 @@ func TestSoakCassandra(t *testing.T) {
 
 // soakRun is the state shared by a soak's sessions.
 type soakRun struct {
+	addr     string // the proxy's
 	nonce    uint64
 	deadline time.Time
 	counts   soakCounts
@@ -213,7 +213,7 @@ func (r *soakRun) open(addr string) (*gocql.Session, error) {
 // workers' requests in flight.
 func (r *soakRun) slot(churn bool) error {
 	for time.Now().Before(r.deadline) {
-		s, err := r.open(soakAddr)
+		s, err := r.open(r.addr)
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,6 @@ import (
 )
 
 const (
-	tlsProxyAddr = "127.0.0.1:9047"
 	// tlsRole logs in through the proxies under test, so that Cassandra's
 	// system_views.clients tells their connections from the others.
 	tlsRole = "cqlguard_tls"
@@ -91,15 +90,15 @@ func TestUpstreamTLSCassandra(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			seen := &classLog{watched: map[string]bool{"cqlguard_tls": true}, byTable: map[string][]observation{}}
-			stop, err := startProxy(config.Config{
-				Listen: tlsProxyAddr, Upstreams: []string{cassandraAddr}, TLS: tt.client, UpstreamTLS: tt.upstream,
+			addr, stop, err := startProxy(config.Config{
+				Listen: "127.0.0.1:0", Upstreams: []string{cassandraAddr}, TLS: tt.client, UpstreamTLS: tt.upstream,
 			}, proxy.WithObserver(seen.add))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer stop()
 
-			c := gocql.NewCluster(tlsProxyAddr)
+			c := gocql.NewCluster(addr)
 			c.Authenticator = gocql.PasswordAuthenticator{Username: tlsRole, Password: tlsRole}
 			c.NumConns = 1
 			c.Timeout, c.ConnectTimeout = 20*time.Second, 10*time.Second
@@ -112,7 +111,7 @@ func TestUpstreamTLSCassandra(t *testing.T) {
 				}
 				// gocql reports only that no protocol version worked; the
 				// proxy's answer to a driver's first request says why.
-				msg := firstAnswer(t, tlsProxyAddr)
+				msg := firstAnswer(t, addr)
 				if !strings.Contains(msg, tt.wantErr) {
 					t.Fatalf("the proxy answered %q; want an error with %q", msg, tt.wantErr)
 				}

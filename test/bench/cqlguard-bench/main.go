@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cqlguard/cqlguard/test/bench/fakeupstream"
 	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
 func main() {
@@ -71,7 +71,8 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:19042", "address to listen on (port 0 picks one)")
-	var o fakeupstream.Options
+	// Like the Cassandra 5 nodes it stands in for, it serves system.peers_v2.
+	o := fakenode.Options{PeersV2: true}
 	fs.StringVar(&o.Keyspace, "keyspace", "bench", "keyspace of the one user table")
 	fs.StringVar(&o.Table, "table", "kv", "name of the one user table (k bigint PRIMARY KEY, v blob)")
 	fs.IntVar(&o.RowBytes, "row-bytes", 64, "size of v in the rows a SELECT returns")
@@ -85,7 +86,7 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	o.MaxVersion = uint8(*maxVersion)
-	s, err := fakeupstream.Start(*listen, o)
+	s, err := fakenode.Start(*listen, o)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cqlguard/cqlguard/test/bench/fakeupstream"
 	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -110,7 +110,7 @@ func TestRowMarkdown(t *testing.T) {
 
 // The load command drives a fake upstream and prints JSON summaries.
 func TestLoadCommand(t *testing.T) {
-	up, err := fakeupstream.Start("127.0.0.1:0", fakeupstream.Options{})
+	up, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

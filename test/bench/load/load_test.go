@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
-	"github.com/cqlguard/cqlguard/test/bench/fakeupstream"
+	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
 func TestLatencies(t *testing.T) {
@@ -102,9 +102,9 @@ func TestParseSpec(t *testing.T) {
 	}
 }
 
-func startUpstream(t *testing.T, opts fakeupstream.Options) *fakeupstream.Server {
+func startUpstream(t *testing.T, opts fakenode.Options) *fakenode.Node {
 	t.Helper()
-	s, err := fakeupstream.Start("127.0.0.1:0", opts)
+	s, err := fakenode.Start("127.0.0.1:0", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func startUpstream(t *testing.T, opts fakeupstream.Options) *fakeupstream.Server
 // Every version, compression and mode gets answers, none failed, and every
 // attempted request is answered once the loader has drained.
 func TestRunAgainstFakeUpstream(t *testing.T) {
-	up := startUpstream(t, fakeupstream.Options{})
+	up := startUpstream(t, fakenode.Options{})
 	for _, v := range []uint8{3, 4, 5} {
 		for _, comp := range []frame.Compression{frame.CompressionNone, frame.CompressionLZ4, frame.CompressionSnappy} {
 			if v == 5 && comp == frame.CompressionSnappy {
@@ -152,7 +152,7 @@ func TestRunAgainstFakeUpstream(t *testing.T) {
 // Rejections are told from failures: ScyllaDB's error for a loader that
 // opted in, Config_error for one that did not.
 func TestRejections(t *testing.T) {
-	up := startUpstream(t, fakeupstream.Options{RejectEvery: 4, RateLimitError: true})
+	up := startUpstream(t, fakenode.Options{RejectEvery: 4, RateLimitError: true})
 	for _, optIn := range []bool{true, false} {
 		s := DefaultSpec()
 		s.Addr, s.OptIn, s.Conns, s.Concurrency, s.Rate = up.Addr(), optIn, 1, 8, 2000
@@ -170,7 +170,7 @@ func TestRejections(t *testing.T) {
 // A fixed rate is kept, reported each second, and the summary leaves out
 // the warmup.
 func TestRateAndReports(t *testing.T) {
-	up := startUpstream(t, fakeupstream.Options{})
+	up := startUpstream(t, fakenode.Options{})
 	s := DefaultSpec()
 	s.Addr, s.Rate, s.Conns = up.Addr(), 1000, 2
 	var seconds []Second
@@ -197,7 +197,7 @@ func TestRateAndReports(t *testing.T) {
 // Loaders start and stop at their offsets, phases are named in the
 // reports, and phase actions run and are reported as events.
 func TestPhases(t *testing.T) {
-	up := startUpstream(t, fakeupstream.Options{})
+	up := startUpstream(t, fakenode.Options{})
 	base := DefaultSpec()
 	base.Addr, base.Conns, base.Rate = up.Addr(), 1, 500
 	uniform := base
@@ -242,7 +242,7 @@ func TestPhases(t *testing.T) {
 
 // A server that is not there is an error in the summary, not a hang.
 func TestUnreachable(t *testing.T) {
-	up := startUpstream(t, fakeupstream.Options{})
+	up := startUpstream(t, fakenode.Options{})
 	addr := up.Addr()
 	up.Close()
 	s := DefaultSpec()
@@ -296,7 +296,7 @@ func TestKeyDistributions(t *testing.T) {
 }
 
 func TestCreateSchema(t *testing.T) {
-	up := startUpstream(t, fakeupstream.Options{Username: "u", Password: "p"})
+	up := startUpstream(t, fakenode.Options{Username: "u", Password: "p"})
 	s := DefaultSpec()
 	s.Addr, s.Username, s.Password, s.Version = up.Addr(), "u", "p", 5
 	if err := CreateSchema(s, 1); err != nil {
@@ -311,7 +311,7 @@ func TestCreateSchema(t *testing.T) {
 // Building a request allocates nothing once the buffers have grown, so a
 // loader spends its CPU on the network.
 func TestRequestBuildingAllocatesNothing(t *testing.T) {
-	up := startUpstream(t, fakeupstream.Options{})
+	up := startUpstream(t, fakenode.Options{})
 	for _, tc := range []struct {
 		v    uint8
 		comp frame.Compression

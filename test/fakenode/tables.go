@@ -1,4 +1,4 @@
-package fakeupstream
+package fakenode
 
 import (
 	"bytes"
@@ -82,16 +82,15 @@ var (
 )
 
 // systemTables are the tables drivers and cqlguard read at connection and
-// schema load: the node itself, no peers, and a schema of one table,
-// keyspace.name (k bigint PRIMARY KEY, v blob).
-func systemTables(ip net.IP, port int, keyspace, name string) map[string]*table {
+// schema load: the node itself, its peers, and a schema of one table,
+// opts.Keyspace.opts.Table (k bigint PRIMARY KEY, v blob).
+func systemTables(ip net.IP, port int, opts Options) map[string]*table {
 	ip4 := ip.To4()
 	if ip4 != nil {
 		ip = ip4
 	}
-	sum := md5.Sum([]byte("fakeupstream " + ip.String()))
-	hostID := sum[:]
 	s := func(v string) []byte { return []byte(v) }
+	rpcPort := binary.BigEndian.AppendUint32(nil, uint32(port))
 	local := &table{keyspace: "system", name: "local", cols: []column{
 		{"key", text}, {"bootstrapped", text}, {"broadcast_address", datatype.Inet},
 		{"cluster_name", text}, {"cql_version", text}, {"data_center", text},
@@ -100,9 +99,9 @@ func systemTables(ip net.IP, port int, keyspace, name string) map[string]*table 
 		{"release_version", text}, {"rpc_address", datatype.Inet}, {"rpc_port", datatype.Int},
 		{"schema_version", datatype.Uuid}, {"tokens", textSet},
 	}, rows: []message.Row{{
-		s("local"), s("COMPLETED"), ip, s("fakeupstream"), s("3.4.7"), s("dc1"), hostID, ip,
+		s("local"), s("COMPLETED"), ip, s("fakenode"), s("3.4.7"), s("dc1"), hostID(ip), ip,
 		s("5"), s("org.apache.cassandra.dht.Murmur3Partitioner"), s("rack1"), s("5.0.0"), ip,
-		binary.BigEndian.AppendUint32(nil, uint32(port)), schemaVer, encodeTextCollection("0"),
+		rpcPort, schemaVer, encodeTextCollection(token(ip)),
 	}}}
 	peers := &table{keyspace: "system", name: "peers", cols: []column{
 		{"peer", datatype.Inet}, {"data_center", text}, {"host_id", datatype.Uuid},
@@ -115,6 +114,16 @@ func systemTables(ip net.IP, port int, keyspace, name string) map[string]*table 
 		{"preferred_ip", datatype.Inet}, {"preferred_port", datatype.Int}, {"rack", text},
 		{"release_version", text}, {"schema_version", datatype.Uuid}, {"tokens", textSet},
 	}}
+	for _, p := range opts.Peers {
+		// Peers are taken to listen on the node's port.
+		ip := net.ParseIP(p).To4()
+		peers.rows = append(peers.rows, message.Row{ip, s("dc1"), hostID(ip), ip, s("rack1"), s("5.0.0"),
+			ip, schemaVer, encodeTextCollection(token(ip))})
+		peersV2.rows = append(peersV2.rows, message.Row{ip, binary.BigEndian.AppendUint32(nil, 7000), s("dc1"),
+			hostID(ip), ip, rpcPort, ip, binary.BigEndian.AppendUint32(nil, 7000), s("rack1"), s("5.0.0"),
+			schemaVer, encodeTextCollection(token(ip))})
+	}
+	keyspace, name := opts.Keyspace, opts.Table
 	keyspaces := &table{keyspace: "system_schema", name: "keyspaces", cols: []column{
 		{"keyspace_name", text}, {"durable_writes", datatype.Boolean}, {"replication", textMap},
 	}, rows: []message.Row{{s(keyspace), []byte{1}, encodeTextMap(
@@ -133,10 +142,27 @@ func systemTables(ip net.IP, port int, keyspace, name string) map[string]*table 
 		{"keyspace_name", text}, {"type_name", text}, {"field_names", textList}, {"field_types", textList},
 	}}
 	m := map[string]*table{}
-	for _, t := range []*table{local, peers, peersV2, keyspaces, tables, columns, types} {
+	all := []*table{local, peers, keyspaces, tables, columns, types}
+	if opts.PeersV2 {
+		all = append(all, peersV2)
+	}
+	for _, t := range all {
 		m[t.keyspace+"."+t.name] = t
 	}
 	return m
+}
+
+// hostID is a node's host id, derived from its address so that a peer's
+// row and the peer's own system.local agree.
+func hostID(ip net.IP) []byte {
+	sum := md5.Sum([]byte("fakenode " + ip.String()))
+	return sum[:]
+}
+
+// token gives each node of a test's cluster, on 127.0.0.x, a distinct
+// token.
+func token(ip net.IP) string {
+	return [...]string{"-6000000000000000000", "-3000000000000000000", "0", "3000000000000000000"}[ip[len(ip)-1]%4]
 }
 
 // encodeTextCollection encodes a list or set of text values.

@@ -1,4 +1,4 @@
-package fakeupstream
+package fakenode
 
 import (
 	"bytes"
@@ -90,7 +90,7 @@ func messageAnswer(msg func(v primitive.ProtocolVersion) message.Message) (*answ
 func mustAnswer(msg func(v primitive.ProtocolVersion) message.Message) *answer {
 	a, err := messageAnswer(msg)
 	if err != nil {
-		panic("fakeupstream: " + err.Error())
+		panic("fakenode: " + err.Error())
 	}
 	return a
 }

@@ -1,4 +1,4 @@
-package fakeupstream
+package fakenode
 
 import (
 	"bufio"
@@ -10,7 +10,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,17 +20,17 @@ import (
 	"github.com/cqlguard/cqlguard/frame"
 )
 
-func startServer(t *testing.T, opts Options) *Server {
+func startNode(t *testing.T, opts Options) *Node {
 	t.Helper()
-	s, err := Start("127.0.0.1:0", opts)
+	n, err := Start("127.0.0.1:0", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	t.Cleanup(n.Close)
+	return n
 }
 
-func session(t *testing.T, s *Server, proto int, comp gocql.Compressor, auth gocql.Authenticator) (*gocql.Session, error) {
+func session(t *testing.T, s *Node, proto int, comp gocql.Compressor, auth gocql.Authenticator) (*gocql.Session, error) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(s.Addr())
 	c := gocql.NewCluster(host)
@@ -50,13 +49,8 @@ func session(t *testing.T, s *Server, proto int, comp gocql.Compressor, auth goc
 // system.peers_v2), prepares, executes, queries inline and batches, in
 // each protocol version and compression it speaks.
 func TestGocql(t *testing.T) {
-	var mu sync.Mutex
-	var startups []string
-	s := startServer(t, Options{RowBytes: 32, OnStartup: func(v uint8, opts map[string]string) {
-		mu.Lock()
-		startups = append(startups, fmt.Sprintf("v%d-%s", v, opts["COMPRESSION"]))
-		mu.Unlock()
-	}})
+	t.Parallel()
+	s := startNode(t, Options{RowBytes: 32, PeersV2: true})
 	for _, tc := range []struct {
 		proto int
 		comp  gocql.Compressor
@@ -69,9 +63,7 @@ func TestGocql(t *testing.T) {
 			name += "-" + tc.comp.Name()
 		}
 		t.Run(name, func(t *testing.T) {
-			mu.Lock()
-			startups = nil
-			mu.Unlock()
+			before := len(s.Startups())
 			sess, err := session(t, s, tc.proto, tc.comp, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -81,11 +73,13 @@ func TestGocql(t *testing.T) {
 			if tc.comp != nil {
 				want += tc.comp.Name()
 			}
-			mu.Lock()
-			if len(startups) == 0 || !slices.Contains(startups, want) {
+			var startups []string
+			for _, st := range s.Startups()[before:] {
+				startups = append(startups, fmt.Sprintf("v%d-%s", st.Version, st.Options["COMPRESSION"]))
+			}
+			if !slices.Contains(startups, want) {
 				t.Errorf("STARTUPs %v, want %s", startups, want)
 			}
-			mu.Unlock()
 			var v []byte
 			if err := sess.Query("SELECT v FROM bench.kv WHERE k = ?", int64(7)).Scan(&v); err != nil {
 				t.Fatalf("prepared SELECT: %v", err)
@@ -118,7 +112,8 @@ func TestGocql(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
-	s := startServer(t, Options{Username: "bench", Password: "secret"})
+	t.Parallel()
+	s := startNode(t, Options{Username: "bench", Password: "secret"})
 	for _, proto := range []int{4, 5} {
 		sess, err := session(t, s, proto, nil, gocql.PasswordAuthenticator{Username: "bench", Password: "secret"})
 		if err != nil {
@@ -138,7 +133,8 @@ func TestAuthentication(t *testing.T) {
 // RejectEvery answers every n-th request on the user table with
 // Config_error for a driver that did not opt in to ScyllaDB's error.
 func TestRejectEvery(t *testing.T) {
-	s := startServer(t, Options{RejectEvery: 2})
+	t.Parallel()
+	s := startNode(t, Options{RejectEvery: 2})
 	sess, err := session(t, s, 4, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +157,34 @@ func TestRejectEvery(t *testing.T) {
 	}
 }
 
+// system.peers reports the peers the node is told of; system.peers_v2
+// lists them too when asked for, and is refused otherwise, as Cassandra 3
+// refuses it.
+func TestPeers(t *testing.T) {
+	t.Parallel()
+	for _, v2 := range []bool{false, true} {
+		s := startNode(t, Options{Peers: []string{"127.0.0.4", "127.0.0.5"}, PeersV2: v2})
+		sess, err := session(t, s, 4, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := sess.Query("SELECT peer FROM system.peers").Iter().NumRows(); n != 2 {
+			t.Errorf("PeersV2 %v: system.peers has %d rows, want 2", v2, n)
+		}
+		iter := sess.Query("SELECT peer FROM system.peers_v2").Iter()
+		n := iter.NumRows()
+		err = iter.Close()
+		var reqErr gocql.RequestError
+		switch {
+		case v2 && (err != nil || n != 2):
+			t.Errorf("system.peers_v2: %d rows, %v; want 2", n, err)
+		case !v2 && !(errors.As(err, &reqErr) && reqErr.Code() == 0x2200):
+			t.Errorf("system.peers_v2 without PeersV2: %v, want Invalid", err)
+		}
+		sess.Close()
+	}
+}
+
 // discardConn is a connection whose writes go nowhere.
 type discardConn struct{ net.Conn }
 
@@ -177,7 +201,7 @@ func (c *recordConn) Write(b []byte) (int, error) { return c.buf.Write(b) }
 // The request path, answers written included, allocates nothing, in every
 // version and compression: a benchmark through the fake measures the proxy.
 func TestRequestPathAllocatesNothing(t *testing.T) {
-	s := startServer(t, Options{})
+	s := startNode(t, Options{})
 	const stmt = "SELECT v FROM bench.kv WHERE k = ?"
 	s.prepare([]byte(stmt))
 	id := md5.Sum([]byte(stmt))
@@ -223,7 +247,7 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 			add(frame.OpBatch, []byte{1, 0, 0})
 
 			rec := &recordConn{}
-			c := &conn{s: s, nc: rec, comp: comp}
+			c := &conn{n: s, nc: rec, comp: comp}
 			if v >= 5 {
 				c.segs = frame.NewSegmentWriter(comp == frame.CompressionLZ4)
 			}
