@@ -137,6 +137,9 @@ type Config struct {
 	// Limits configures per-partition rate limits. Unlike the rest of the
 	// configuration, most of it can be reloaded (see proxy.Proxy.Reload).
 	Limits LimitsConfig `yaml:"limits"`
+	// Coordination makes the limits hold for a fleet of proxies together,
+	// through Redis; reloadable.
+	Coordination CoordinationConfig `yaml:"coordination"`
 
 	// file is the file the configuration was read from, and sum the
 	// SHA-256 of its contents, so that a Watcher can tell whether the file
@@ -317,6 +320,7 @@ func Default() Config {
 		DialTimeout:              Duration(5 * time.Second),
 		DrainTimeout:             Duration(30 * time.Second),
 		Admin:                    AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100},
+		Coordination:             defaultCoordination(),
 		Log:                      LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{
 			Algorithm:     ratelimit.AlgorithmScylla,
@@ -449,6 +453,9 @@ func (c *Config) Validate() error {
 	case "json", "console":
 	default:
 		return fmt.Errorf("log.format: %q is neither json nor console", c.Log.Format)
+	}
+	if err := c.Coordination.validate(); err != nil {
+		return err
 	}
 	return c.Limits.Validate()
 }

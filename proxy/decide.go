@@ -31,7 +31,7 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	if c == nil || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
 		return rejection{}, false
 	}
-	l, lim := s.p.limits.Load(), s.p.limiter.Load()
+	l, lim, fl := s.p.limits.Load(), s.p.limiter.Load(), s.p.fleet.Load()
 	limited := l != nil && lim != nil && (!c.LWT || l.limitLWT) && (!c.Counter || l.limitCounters)
 	if c.Overflow != nil {
 		return s.decideOverflow(c, l, limited)
@@ -64,7 +64,16 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		if limit == 0 {
 			continue
 		}
-		if lim.AllowAt(now, p.Token, label, limit) == ratelimit.Reject && !rejected {
+		// With coordination, what the local limiter lets through is
+		// counted for the fleet's report, and admitted while within the
+		// share the fleet's rate leaves (ratelimit.Fleet).
+		ok := true
+		if fl == nil {
+			ok = lim.AllowAt(now, p.Token, label, limit) != ratelimit.Reject
+		} else if ok = lim.AllowAt(now, p.Token, label, fl.LocalLimit(limit)) != ratelimit.Reject; ok {
+			ok = fl.Admit(now, p.Token, label, limit)
+		}
+		if !ok && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
 	}

@@ -75,6 +75,10 @@ type Proxy struct {
 	// loads each once per request.
 	limits  atomic.Pointer[limits]
 	limiter atomic.Pointer[ratelimit.Limiter]
+	// fleet holds the fleet-wide shares of hot partitions while
+	// coordination runs (coordination.go); nil otherwise.
+	fleet atomic.Pointer[ratelimit.Fleet]
+	coord coordination
 	// limiterStats exports the limiter's statistics, keeping the counters
 	// of limiters a reload replaced.
 	limiterStats *limiterCollector
@@ -174,6 +178,11 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		close(stop)
 		<-done
 		stopSchema()
+		p.stopCoordination()
+	}
+	if err := p.initCoordination(reg, cfg.Coordination); err != nil {
+		p.stopBg()
+		return nil, err
 	}
 	return p, nil
 }

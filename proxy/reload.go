@@ -82,6 +82,9 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	if err == nil {
 		err = p.loadUpstreamTLS(cfg.UpstreamTLS)
 	}
+	if err == nil {
+		err = p.applyCoordination(cfg.Coordination)
+	}
 	if err != nil {
 		p.ReloadFailed(cfg.File(), err)
 		return err
@@ -144,6 +147,7 @@ func restartOnlyChanges(a, b config.Config) []string {
 	a.Limits, b.Limits = config.LimitsConfig{}, config.LimitsConfig{}
 	a.TLS, b.TLS = config.TLSConfig{}, config.TLSConfig{}
 	a.UpstreamTLS, b.UpstreamTLS = config.UpstreamTLSConfig{}, config.UpstreamTLSConfig{}
+	a.Coordination, b.Coordination = config.CoordinationConfig{}, config.CoordinationConfig{}
 	return changedKeys("", reflect.ValueOf(a), reflect.ValueOf(b), nil)
 }
 

@@ -83,21 +83,33 @@ func tlsForUpstreams(c config.UpstreamTLSConfig) (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
-	conf := &tls.Config{ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
+	conf, err := clientTLS("upstream_tls", c.CAFile, c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	conf.ServerName, conf.InsecureSkipVerify = c.ServerName, c.InsecureSkipVerify
+	return conf, nil
+}
+
+// clientTLS is the TLS configuration of a client that trusts the CAs of
+// caFile (the system's when empty) and presents the certificate of
+// certFile and keyFile, if any; errors name the configuration section.
+func clientTLS(section, caFile, certFile, keyFile string) (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("upstream_tls: ca_file: %w", err)
+			return nil, fmt.Errorf("%s: ca_file: %w", section, err)
 		}
 		conf.RootCAs = x509.NewCertPool()
 		if !conf.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("upstream_tls: ca_file %s holds no PEM certificate", c.CAFile)
+			return nil, fmt.Errorf("%s: ca_file %s holds no PEM certificate", section, caFile)
 		}
 	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("upstream_tls: loading %s and %s: %w", c.CertFile, c.KeyFile, err)
+			return nil, fmt.Errorf("%s: loading %s and %s: %w", section, certFile, keyFile, err)
 		}
 		conf.Certificates = []tls.Certificate{cert}
 	}

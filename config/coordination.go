@@ -1,0 +1,135 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Fallbacks: what a proxy limits to while Redis cannot be reached.
+const (
+	// FallbackLocal applies each limit whole on every proxy.
+	FallbackLocal = "local"
+	// FallbackShare divides each limit by the number of proxies last seen
+	// reporting.
+	FallbackShare = "share"
+)
+
+// CoordinationConfig makes limits hold for a whole fleet of proxies, which
+// report their hot partitions' counts to Redis (package fleet). With no
+// addresses each proxy limits alone, and a partition served by N proxies
+// is admitted up to N times its limit.
+type CoordinationConfig struct {
+	// Addresses are Redis's host:port; empty turns coordination off. With
+	// Cluster, they are seeds of a Redis Cluster.
+	Addresses []string `yaml:"addresses"`
+	Cluster   bool     `yaml:"cluster"`
+	// Username is a Redis ACL user; empty for the default user.
+	Username string `yaml:"username"`
+	// PasswordFile or PasswordEnv holds the password, never the
+	// configuration file itself.
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	// TLS, when enabled, encrypts the connections to Redis.
+	TLS CoordinationTLSConfig `yaml:"tls"`
+	// KeyPrefix starts every key cqlguard writes, so that fleets (or
+	// other users of the same Redis) stay apart.
+	KeyPrefix string `yaml:"key_prefix"`
+	// SyncInterval is how often a proxy reports; each report is one
+	// pipelined round trip.
+	SyncInterval Duration `yaml:"sync_interval"`
+	// Fallback is FallbackLocal or FallbackShare.
+	Fallback string `yaml:"fallback"`
+	// MaxPartitionsPerReport bounds the partitions one report carries,
+	// hottest first.
+	MaxPartitionsPerReport int `yaml:"max_partitions_per_report"`
+	// TrackedPartitions is the size of the table of partitions a proxy
+	// tracks between reports.
+	TrackedPartitions int `yaml:"tracked_partitions"`
+}
+
+// CoordinationTLSConfig configures TLS towards Redis.
+type CoordinationTLSConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// CAFile holds the CAs that sign Redis's certificates (PEM); empty
+	// means the system's.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate, for a Redis that
+	// asks for one (PEM).
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name Redis's certificate must carry; empty means
+	// the host of each address.
+	ServerName string `yaml:"server_name"`
+}
+
+// Enabled reports whether the fleet's limits are coordinated.
+func (c CoordinationConfig) Enabled() bool { return len(c.Addresses) > 0 }
+
+// Password reads the Redis password from the file or the environment
+// variable named; "" when none is named.
+func (c CoordinationConfig) Password() (string, error) {
+	switch {
+	case c.PasswordFile != "":
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("coordination.password_file: %w", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	case c.PasswordEnv != "":
+		v, ok := os.LookupEnv(c.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("coordination.password_env: %s is not set", c.PasswordEnv)
+		}
+		return v, nil
+	}
+	return "", nil
+}
+
+func defaultCoordination() CoordinationConfig {
+	return CoordinationConfig{
+		KeyPrefix:              "cqlguard:",
+		SyncInterval:           Duration(100 * time.Millisecond),
+		Fallback:               FallbackLocal,
+		MaxPartitionsPerReport: 1000,
+		TrackedPartitions:      16384,
+	}
+}
+
+func (c CoordinationConfig) validate() error {
+	for _, a := range c.Addresses {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("coordination.addresses: %q: %w", a, err)
+		}
+	}
+	if len(c.Addresses) > 1 && !c.Cluster {
+		return fmt.Errorf("coordination.addresses: %d addresses name a Redis Cluster's seeds: set cluster: true, or give one", len(c.Addresses))
+	}
+	if c.PasswordFile != "" && c.PasswordEnv != "" {
+		return errors.New("coordination: password_file and password_env are exclusive")
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return errors.New("coordination.tls: cert_file and key_file go together")
+	}
+	if d := time.Duration(c.SyncInterval); d < 10*time.Millisecond || d > 10*time.Second {
+		return fmt.Errorf("coordination.sync_interval: %s is outside 10ms to 10s", d)
+	}
+	switch c.Fallback {
+	case FallbackLocal, FallbackShare:
+	default:
+		return fmt.Errorf("coordination.fallback: %q is neither %q nor %q", c.Fallback, FallbackLocal, FallbackShare)
+	}
+	if c.MaxPartitionsPerReport < 1 {
+		return fmt.Errorf("coordination.max_partitions_per_report: %d must be positive", c.MaxPartitionsPerReport)
+	}
+	if c.TrackedPartitions < 4 || c.TrackedPartitions > 1<<24 {
+		return fmt.Errorf("coordination.tracked_partitions: %d is outside 4 to %d", c.TrackedPartitions, 1<<24)
+	}
+	if c.KeyPrefix == "" {
+		return errors.New("coordination.key_prefix: must not be empty")
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+// Package fleet makes one proxy's limits hold for a whole fleet of proxies.
+// Every interval a Reporter takes from a ratelimit.Fleet the partitions hot
+// enough to matter, hottest first, reports what each let through since the
+// last report to Redis in one pipelined round trip, reads back the fleet's
+// count for the same partitions over the last second, and sets the share of
+// operations each may admit until the next report: the limit over the
+// fleet's rate, or all of them under it. This is Databricks' batch
+// reporting: no remote call on the request path, which reads only the
+// shares in local memory.
+//
+// In Redis a partition is named by its limiter label and token, never by
+// its key, and counted in one key per wall-clock second, which expires by
+// itself a few seconds later; the proxies' clocks are assumed to agree to
+// within a small part of a second (NTP). A sorted set holds when each proxy
+// last reported, so that each knows how many share the limits.
+//
+// While Redis cannot be reached, shares run out, and each proxy limits with
+// its local Limiter alone: with the whole limit (fallback local), or with
+// the limit divided by the proxies last seen (fallback share). A failed or
+// slow report never holds up a request.
+//
+// The package knows Redis, tokens and labels; not CQL, tables or sockets
+// to clients.
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/ratelimit"
+)
+
+// Fallbacks, as in the configuration.
+const (
+	FallbackLocal = "local"
+	FallbackShare = "share"
+)
+
+// Config configures a Reporter.
+type Config struct {
+	// Client is the Redis client, standalone or cluster; the Reporter
+	// closes it when Run returns.
+	Client redis.UniversalClient
+	// KeyPrefix starts every key.
+	KeyPrefix string
+	// Interval is the time between reports.
+	Interval time.Duration
+	// Fallback is FallbackLocal or FallbackShare.
+	Fallback string
+	// MaxPartitions bounds the partitions a report carries.
+	MaxPartitions int
+	// Now is the clock, time.Now if nil; its Unix nanoseconds must be the
+	// clock the request path gives ratelimit.Fleet.Admit.
+	Now func() time.Time
+}
+
+// proxiesWindow is how recently a proxy must have reported to count as one
+// of the fleet.
+const proxiesWindow = 3 * time.Second
+
+// Reporter reports a proxy's hot partitions and sets their shares.
+type Reporter struct {
+	cfg   Config
+	fleet *ratelimit.Fleet
+	log   zerolog.Logger
+	m     *Metrics
+	id    string
+
+	up      bool
+	proxies int
+	entries []ratelimit.FleetEntry
+	incr    []*redis.IntCmd
+	prev    []*redis.StringCmd
+	key     []byte
+}
+
+// New returns a Reporter of f's partitions. Metrics come from NewMetrics,
+// made once for the life of the process.
+func New(cfg Config, f *ratelimit.Fleet, log zerolog.Logger, m *Metrics) *Reporter {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxPartitions < 1 {
+		cfg.MaxPartitions = 1000
+	}
+	host, _ := os.Hostname()
+	var b [6]byte
+	rand.Read(b[:])
+	return &Reporter{
+		cfg: cfg, fleet: f, log: log, m: m,
+		id:      host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:]),
+		up:      true, // so that the first failure is logged
+		proxies: 1,
+	}
+}
+
+// Run reports every interval until ctx is done, then closes the client.
+// A report that does not finish within the interval is abandoned: the next
+// one carries fresh counts.
+func (r *Reporter) Run(ctx context.Context) {
+	defer r.cfg.Client.Close()
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.fleet.SetDivisor(1)
+			return
+		case <-t.C:
+			r.Report(ctx)
+		}
+	}
+}
+
+// Report makes one report now; Run calls it every interval.
+func (r *Reporter) Report(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Interval)
+	defer cancel()
+	start := time.Now()
+	err := r.report(ctx)
+	r.m.reportSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.m.failures.Inc()
+		if r.up {
+			r.log.Warn().Err(err).Str("fallback", r.cfg.Fallback).Msg("coordination lost: limits are local until Redis answers")
+		}
+		r.up = false
+		r.m.up.Set(0)
+		if r.cfg.Fallback == FallbackShare {
+			r.fleet.SetDivisor(uint32(r.proxies))
+		}
+		return
+	}
+	if !r.up {
+		r.log.Info().Int("proxies", r.proxies).Msg("coordination restored: limits hold for the fleet")
+	}
+	r.up = true
+	r.m.up.Set(1)
+	r.fleet.SetDivisor(1)
+}
+
+func (r *Reporter) report(ctx context.Context) error {
+	now := r.cfg.Now()
+	interval := r.cfg.Interval.Seconds()
+	proxies := r.proxies
+	// A partition is reported once its rate here reaches half its share of
+	// the limit: below that, the whole fleet together stays under it.
+	hot := func(limit uint32) uint32 {
+		return max(1, uint32(float64(limit)*interval/float64(2*proxies)))
+	}
+	r.entries = r.fleet.Collect(r.entries[:0], hot, r.cfg.MaxPartitions)
+	r.m.partitions.Set(float64(len(r.entries)))
+
+	sec := now.Unix()
+	pipe := r.cfg.Client.Pipeline()
+	members := r.cfg.KeyPrefix + "proxies"
+	ms := now.UnixMilli()
+	pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
+	pipe.ZRemRangeByScore(ctx, members, "-inf", strconv.FormatInt(ms-proxiesWindow.Milliseconds(), 10))
+	count := pipe.ZCard(ctx, members)
+	pipe.PExpire(ctx, members, 2*proxiesWindow)
+	r.incr, r.prev = r.incr[:0], r.prev[:0]
+	for _, e := range r.entries {
+		cur, prev := r.keys(e, sec)
+		r.incr = append(r.incr, pipe.IncrBy(ctx, cur, int64(e.Hits)))
+		pipe.PExpire(ctx, cur, 3*time.Second)
+		r.prev = append(r.prev, pipe.Get(ctx, prev))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reporting %d partitions: %w", len(r.entries), err)
+	}
+	if n, err := count.Result(); err == nil && n > 0 {
+		r.proxies = int(n)
+		r.m.proxies.Set(float64(n))
+	}
+	// The fleet's rate over the last second: this second's count so far
+	// and the part of the last second's that the sliding second still
+	// covers. Other proxies' counts of the last half interval are not in
+	// yet, which the window makes up for.
+	frac := float64(now.Nanosecond()) / 1e9
+	weight := min(max(1-frac+interval/2, 0), 1)
+	until := now.Add(max(3*r.cfg.Interval, 300*time.Millisecond)).UnixNano()
+	for i, e := range r.entries {
+		cur, err := r.incr[i].Result()
+		if err != nil {
+			continue
+		}
+		prev, _ := r.prev[i].Int64()
+		rate := float64(cur) + float64(prev)*weight
+		share := 1.0
+		if rate > float64(e.Limit) {
+			share = float64(e.Limit) / rate
+		}
+		r.fleet.Set(e, share, until)
+	}
+	return nil
+}
+
+// keys returns the keys of a partition's counts in second sec and the one
+// before: prefix{label:token}:second, the braces keeping both in one Redis
+// Cluster slot.
+func (r *Reporter) keys(e ratelimit.FleetEntry, sec int64) (cur, prev string) {
+	k := append(r.key[:0], r.cfg.KeyPrefix...)
+	k = append(k, '{')
+	k = strconv.AppendUint(k, uint64(e.Label), 16)
+	k = append(k, ':')
+	k = strconv.AppendInt(k, e.Token, 16)
+	k = append(k, "}:"...)
+	n := len(k)
+	cur = string(strconv.AppendInt(k, sec, 10))
+	prev = string(strconv.AppendInt(k[:n], sec-1, 10))
+	r.key = k
+	return cur, prev
+}
+
+// Metrics are a Reporter's metrics, registered once for the process.
+type Metrics struct {
+	up            prometheus.Gauge
+	reportSeconds prometheus.Histogram
+	failures      prometheus.Counter
+	partitions    prometheus.Gauge
+	proxies       prometheus.Gauge
+}
+
+// NewMetrics registers the coordination metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cqlguard_coordination_up",
+			Help: "1 while the last report to Redis succeeded, 0 while limits are local (coordination.fallback)."}),
+		reportSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cqlguard_coordination_report_seconds",
+			Help:    "Time of a report to Redis: one pipelined round trip.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1}}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "cqlguard_coordination_report_failures_total",
+			Help: "Reports to Redis that failed or did not finish within coordination.sync_interval."}),
+		partitions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cqlguard_coordination_reported_partitions",
+			Help: "Partitions the last report carried."}),
+		proxies: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cqlguard_coordination_proxies",
+			Help: "Proxies seen reporting in the last 3 seconds, this one included."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.up, m.reportSeconds, m.failures, m.partitions, m.proxies)
+	}
+	return m
+}

@@ -1,0 +1,192 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/ratelimit"
+	"github.com/cqlguard/cqlguard/test/redistest"
+)
+
+// simProxy is one proxy of a simulated fleet: a local limiter, its Fleet
+// and its Reporter, on a clock the test moves.
+type simProxy struct {
+	lim   *ratelimit.Limiter
+	fleet *ratelimit.Fleet
+	rep   *Reporter
+	m     *Metrics
+}
+
+// simulation runs a fleet of proxies in front of one hot partition, on a
+// simulated clock, reporting to a real Redis.
+type simulation struct {
+	algorithm   ratelimit.Algorithm
+	limit       uint32
+	offered     float64   // operations per second over the fleet, V
+	split       []float64 // each proxy's part of the offered load
+	seconds     int
+	coordinated bool
+}
+
+// run returns the operations the fleet admitted in each second.
+func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int {
+	t.Helper()
+	start := time.Unix(1_900_000_000, 0)
+	if s.coordinated {
+		// A fleet of its own: keys of another run do not count.
+		start = start.Add(time.Duration(time.Now().UnixNano() % int64(1000*time.Hour)).Truncate(time.Second))
+	}
+	now := start
+	clock := func() time.Time { return now }
+	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	proxies := make([]simProxy, len(s.split))
+	for i := range proxies {
+		lim, err := ratelimit.New(ratelimit.Config{Algorithm: s.algorithm, Clock: func() int64 { return now.UnixNano() }, MemoryBytes: 1 << 16, Shards: 1, Seed: uint64(i + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := simProxy{lim: lim, fleet: ratelimit.NewFleet(1024), m: NewMetrics(nil)}
+		if s.coordinated {
+			p.rep = New(Config{Client: client(), KeyPrefix: prefix, Interval: 100 * time.Millisecond, Fallback: FallbackLocal, Now: clock}, p.fleet, zerolog.Nop(), p.m)
+			t.Cleanup(func() { p.rep.cfg.Client.Close() })
+		}
+		proxies[i] = p
+	}
+	const step = time.Millisecond
+	owed := make([]float64, len(proxies))
+	admitted := make([]int, s.seconds)
+	label := ratelimit.Label(7)
+	for tick := 0; tick < s.seconds*1000; tick++ {
+		now = start.Add(time.Duration(tick) * step)
+		for i := range proxies {
+			p := &proxies[i]
+			owed[i] += s.offered * s.split[i] * step.Seconds()
+			for ; owed[i] >= 1; owed[i]-- {
+				ts := now.UnixNano()
+				ok := p.lim.AllowAt(ts, 42, label, s.limit) != ratelimit.Reject
+				if ok && s.coordinated {
+					ok = p.fleet.Admit(ts, 42, label, s.limit)
+				}
+				if ok {
+					admitted[tick/1000]++
+				}
+			}
+			if s.coordinated && tick%100 == 99 {
+				p.rep.Report(context.Background())
+			}
+		}
+	}
+	return admitted
+}
+
+// meanAfter is the mean of xs past the first skip.
+func meanAfter(xs []int, skip int) float64 {
+	sum := 0
+	for _, x := range xs[skip:] {
+		sum += x
+	}
+	return float64(sum) / float64(len(xs)-skip)
+}
+
+func redisClient(t *testing.T) func() redis.UniversalClient {
+	addr := redistest.Start(t)
+	return func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }
+}
+
+// TestFleetAdmitsTheLimit: three proxies, the load of one hot partition
+// split evenly and then 80/10/10, each at 5 times the limit: with
+// coordination the fleet admits the limit (token bucket: every second
+// after the first two within 10%; scylla: the mean within 10% of what one
+// limiter alone admits); without it, about three times the limit.
+func TestFleetAdmitsTheLimit(t *testing.T) {
+	client := redisClient(t)
+	for _, alg := range []ratelimit.Algorithm{ratelimit.AlgorithmTokenBucket, ratelimit.AlgorithmScylla} {
+		for _, split := range [][]float64{{1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.8, 0.1, 0.1}} {
+			name := fmt.Sprintf("%s/%v", alg, split)
+			t.Run(name, func(t *testing.T) {
+				const limit = 200
+				sim := simulation{algorithm: alg, limit: limit, offered: 5 * limit, split: split, seconds: 8, coordinated: true}
+				got := sim.run(t, client)
+				alone := simulation{algorithm: alg, limit: limit, offered: 5 * limit, split: []float64{1}, seconds: 8}.run(t, nil)
+				want := meanAfter(alone, 2)
+				t.Logf("admitted per second %v; one proxy alone %v", got, alone)
+				for sec, n := range got[2:] {
+					if alg == ratelimit.AlgorithmTokenBucket && math.Abs(float64(n)-limit) > 0.1*limit {
+						t.Errorf("second %d: %d admitted, want %d ±10%%", sec+2, n, limit)
+					}
+				}
+				if m := meanAfter(got, 2); math.Abs(m-want) > 0.1*want {
+					t.Errorf("mean %.1f admitted a second, want %.1f ±10%%", m, want)
+				}
+				uncoordinated := sim
+				uncoordinated.coordinated = false
+				free := meanAfter(uncoordinated.run(t, nil), 2)
+				if want := float64(limit) * float64(countOver(split, limit, 5*limit)); free < 0.9*want {
+					t.Errorf("without coordination %.1f admitted a second, want about %.0f", free, want)
+				}
+			})
+		}
+	}
+}
+
+// countOver is how many limits a fleet without coordination admits: each
+// proxy admits its load, up to the limit.
+func countOver(split []float64, limit, offered float64) float64 {
+	n := 0.0
+	for _, s := range split {
+		n += min(s*offered, limit) / limit
+	}
+	return n
+}
+
+// TestReporterFallback: a Redis that stops answering makes the reporter
+// say so (metric, one log line), share the limit when asked to, and pick up
+// again once Redis answers.
+func TestReporterFallback(t *testing.T) {
+	addr := redistest.Start(t)
+	var log strings.Builder
+	f := ratelimit.NewFleet(64)
+	m := NewMetrics(prometheus.NewRegistry())
+	r := New(Config{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond}),
+		KeyPrefix: "test:fallback:", Interval: 100 * time.Millisecond, Fallback: FallbackShare}, f,
+		zerolog.New(&log), m)
+	defer r.cfg.Client.Close()
+	ctx := context.Background()
+	r.Report(ctx)
+	if testutil.ToFloat64(m.up) != 1 {
+		t.Fatalf("coordination not up: %s", log.String())
+	}
+	r.proxies = 4 // as if three others had reported
+	redistest.Stop(t, addr)
+	r.Report(ctx)
+	r.Report(ctx)
+	if testutil.ToFloat64(m.up) != 0 || testutil.ToFloat64(m.failures) != 2 {
+		t.Errorf("up %v, failures %v", testutil.ToFloat64(m.up), testutil.ToFloat64(m.failures))
+	}
+	if got := f.LocalLimit(100); got != 25 {
+		t.Errorf("local limit while Redis is down: %d, want 25 (shared by 4)", got)
+	}
+	redistest.Restart(t, addr)
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(m.up) != 1 && time.Now().Before(deadline) {
+		r.Report(ctx)
+	}
+	if testutil.ToFloat64(m.up) != 1 || f.LocalLimit(100) != 100 {
+		t.Errorf("not back: up %v, local limit %d", testutil.ToFloat64(m.up), f.LocalLimit(100))
+	}
+	if n := strings.Count(log.String(), "coordination lost"); n != 1 {
+		t.Errorf("%d lines saying coordination was lost, want 1:\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), "coordination restored"); n != 1 {
+		t.Errorf("%d lines saying coordination was restored, want 1:\n%s", n, log.String())
+	}
+}

@@ -1,0 +1,134 @@
+package proxy
+
+// Fleet-wide limits: the reporter that coordination asks for (package
+// fleet), started with the proxy and replaced by a reload that changes it.
+// The request path reads only the ratelimit.Fleet it fills (decide.go).
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/fleet"
+	"github.com/cqlguard/cqlguard/ratelimit"
+)
+
+// coordination is the running reporter and the configuration it runs.
+type coordination struct {
+	mu      sync.Mutex
+	cfg     config.CoordinationConfig
+	stop    func() // stops the reporter; nil when none runs
+	metrics *fleet.Metrics
+}
+
+func (p *Proxy) initCoordination(reg prometheus.Registerer, cfg config.CoordinationConfig) error {
+	p.coord.metrics = fleet.NewMetrics(reg)
+	return p.applyCoordination(cfg)
+}
+
+// applyCoordination starts, replaces or stops the reporter for cfg. A
+// configuration that cannot be used (a TLS file that does not load, say)
+// leaves the running reporter as it is.
+func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
+	c := &p.coord
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil && reflect.DeepEqual(c.cfg, cfg) {
+		return nil
+	}
+	var client redis.UniversalClient
+	if cfg.Enabled() {
+		var err error
+		if client, err = redisClient(cfg); err != nil {
+			return err
+		}
+	}
+	if c.stop != nil {
+		c.stop()
+		c.stop = nil
+	}
+	resized := c.cfg.TrackedPartitions != cfg.TrackedPartitions
+	c.cfg = cfg
+	if client == nil {
+		p.fleet.Store(nil)
+		return nil
+	}
+	f := p.fleet.Load()
+	if f == nil || resized {
+		f = ratelimit.NewFleet(cfg.TrackedPartitions)
+	}
+	r := fleet.New(fleet.Config{
+		Client:        client,
+		KeyPrefix:     cfg.KeyPrefix,
+		Interval:      time.Duration(cfg.SyncInterval),
+		Fallback:      cfg.Fallback,
+		MaxPartitions: cfg.MaxPartitionsPerReport,
+		Now:           func() time.Time { return time.Unix(0, p.clock()) },
+	}, f, p.log.With().Str("component", "coordination").Logger(), c.metrics)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	c.stop = func() { cancel(); <-done }
+	p.fleet.Store(f)
+	p.log.Info().Strs("addresses", cfg.Addresses).Bool("cluster", cfg.Cluster).
+		Dur("sync_interval", time.Duration(cfg.SyncInterval)).Str("fallback", cfg.Fallback).
+		Msg("coordinating limits with the fleet")
+	return nil
+}
+
+// stopCoordination stops the reporter, if one runs.
+func (p *Proxy) stopCoordination() {
+	c := &p.coord
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil {
+		c.stop()
+		c.stop = nil
+	}
+}
+
+// redisClient returns a client for the Redis of cfg. It connects lazily:
+// a Redis that is down is a failed report, not a failed start. Every
+// operation is bounded by the sync interval, and none is retried, so that
+// a report never runs into the next one.
+func redisClient(cfg config.CoordinationConfig) (redis.UniversalClient, error) {
+	password, err := cfg.Password()
+	if err != nil {
+		return nil, err
+	}
+	var conf *tls.Config
+	if t := cfg.TLS; t.Enabled {
+		if conf, err = clientTLS("coordination.tls", t.CAFile, t.CertFile, t.KeyFile); err != nil {
+			return nil, err
+		}
+		// Without a server name, the first address's host is verified:
+		// name the cluster's in server_name if its nodes differ.
+		conf.ServerName = t.ServerName
+		if conf.ServerName == "" {
+			conf.ServerName, _, _ = net.SplitHostPort(cfg.Addresses[0])
+		}
+	}
+	timeout := time.Duration(cfg.SyncInterval)
+	if cfg.Cluster {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: cfg.Addresses, Username: cfg.Username, Password: password, TLSConfig: conf,
+			DialTimeout: max(timeout, 100*time.Millisecond), ReadTimeout: timeout, WriteTimeout: timeout,
+			MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true,
+		}), nil
+	}
+	return redis.NewClient(&redis.Options{
+		Addr: cfg.Addresses[0], Username: cfg.Username, Password: password, TLSConfig: conf,
+		DialTimeout: max(timeout, 100*time.Millisecond), ReadTimeout: timeout, WriteTimeout: timeout,
+		MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true,
+	}), nil
+}
