@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/config"
@@ -80,6 +81,10 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The Redis client's own complaints (a connection refused while Redis
+	// is down, say) would repeat every report; the reporter logs each change
+	// of state once, so the client's go to debug.
+	redis.SetLogger(redisLog{log.With().Str("component", "redis").Logger()})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := proxy.New(cfg, log, reg)
@@ -173,4 +178,11 @@ func newLogger(c config.LogConfig) (zerolog.Logger, error) {
 		log = zerolog.New(os.Stderr)
 	}
 	return log.Level(level).With().Timestamp().Logger(), nil
+}
+
+// redisLog writes the Redis client's messages at debug level.
+type redisLog struct{ log zerolog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Msgf(format, v...)
 }
