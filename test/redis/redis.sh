@@ -14,8 +14,9 @@
 #   redis.sh restart port            stop an instance this script started (if it runs)
 #                                    and start it again on its port with the same
 #                                    configuration, password, certificates and cluster
-#   redis.sh stop [port...]          stop instances this script started [6390]
-#   redis.sh stop-all                stop every instance this script started
+#   redis.sh stop [--wipe] [port...] stop instances this script started [6390];
+#                                    --wipe also deletes their directories
+#   redis.sh stop-all [--wipe]       stop every instance this script started
 #   redis.sh pid port                print an instance's process id, if it runs
 #
 # A start of what already runs does nothing but print (a cluster whose node
@@ -28,7 +29,7 @@
 # Environment (defaults in brackets):
 #   CQLGUARD_REDIS_DIR [/tmp/cqlguard-redis]  one directory per port: redis.conf
 #                     (written by start, read by restart), redis.pid, redis.log,
-#                     password, tls/ca.pem, nodes.conf
+#                     password, tls/ca.pem, nodes.conf, cluster-create.log
 #   CQLGUARD_CACHE [~/.cache/cqlguard]  where the certificate writer is built
 #   REDIS_START_TIMEOUT [30]  seconds a start waits for PONG (and cluster_state:ok)
 # Passwords never appear on a command line: redis-server reads them from the
@@ -83,7 +84,7 @@ install() {
   # The package's postinst starts a system Redis on 6379 unless policy-rc.d
   # says no. The tests never use it, but nor should installing leave one
   # running; an existing policy-rc.d (as in containers) is left as it is.
-  local policy=/usr/sbin/policy-rc.d made=
+  local policy=/usr/sbin/policy-rc.d made=''
   if [ ! -e "$policy" ]; then
     "${sudo[@]}" sh -c "printf '#!/bin/sh\\nexit 101\\n' >$policy && chmod 755 $policy"
     made=1
@@ -370,9 +371,9 @@ start_cluster() {
   if cluster_new "${ports[@]}"; then
     local addrs=()
     for p in "${ports[@]}"; do addrs+=("$host:$p"); done
-    if ! redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$state/cluster-$first.log" 2>&1; then
-      tail -10 "$state/cluster-$first.log" >&2
-      die "redis-cli --cluster create ${addrs[*]} failed; log: $state/cluster-$first.log"
+    if ! redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$(dir_of "$first")/cluster-create.log" 2>&1; then
+      tail -10 "$(dir_of "$first")/cluster-create.log" >&2
+      die "redis-cli --cluster create ${addrs[*]} failed; log: $(dir_of "$first")/cluster-create.log"
     fi
   fi
   wait_cluster_ok "${ports[@]}"
@@ -418,24 +419,30 @@ stop_port() {
   rm -f "$(dir_of "$1")/redis.pid"
 }
 
+# stop [--wipe] [port...]; --wipe also deletes the ports' directories.
 stop() {
-  local p
-  (($# > 0)) || set -- 6390
-  for p in "$@"; do check_port "$p"; done
+  local wipe='' p ports=()
+  for p in "$@"; do
+    if [ "$p" = --wipe ]; then wipe=1; else check_port "$p"; ports+=("$p"); fi
+  done
+  ((${#ports[@]} > 0)) || ports=(6390)
   [ -d "$state" ] || return 0
   lock
-  for p in "$@"; do stop_port "$p"; done
+  for p in "${ports[@]}"; do
+    stop_port "$p"
+    if [ -n "$wipe" ]; then rm -rf "$(dir_of "$p")"; fi
+  done
 }
 
 stop_all() {
+  case "${1:-}" in "" | --wipe) ;; *) die "usage: redis.sh stop-all [--wipe]" ;; esac
   [ -d "$state" ] || return 0
-  lock
-  local f p
+  local f ports=()
   for f in "$state"/*/redis.conf; do
-    [ -e "$f" ] || continue
-    p=$(basename "$(dirname "$f")")
-    stop_port "$p"
+    [ -e "$f" ] && ports+=("$(basename "$(dirname "$f")")")
   done
+  ((${#ports[@]} > 0)) || return 0
+  stop "$@" "${ports[@]}"
 }
 
 cmd=${1:-}
@@ -448,10 +455,10 @@ case $cmd in
   start-cluster) start_cluster "$@" ;;
   restart) restart "$@" ;;
   stop) stop "$@" ;;
-  stop-all) stop_all ;;
+  stop-all) stop_all "$@" ;;
   pid)
     [ -n "${1:-}" ] || die "usage: redis.sh pid port"
     check_port "$1"
     pid_of "$1" || die "nothing of redis.sh's runs on port $1 (dir $(dir_of "$1"))" ;;
-  *) die "usage: redis.sh install|start [port]|start-acl [port]|start-tls [port]|start-cluster [first-port]|restart port|stop [port...]|stop-all|pid port" ;;
+  *) die "usage: redis.sh install|start [port]|start-acl [port]|start-tls [port]|start-cluster [first-port]|restart port|stop [--wipe] [port...]|stop-all [--wipe]|pid port" ;;
 esac

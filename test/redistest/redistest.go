@@ -166,11 +166,11 @@ func run(t testing.TB, args ...string) string {
 	return out
 }
 
-// stopAtCleanup stops port's server when the test ends; stopping a stopped
-// server does nothing.
+// stopAtCleanup stops port's server when the test ends, if it runs, and
+// deletes its directory.
 func stopAtCleanup(t testing.TB, port string) {
 	t.Cleanup(func() {
-		if _, err := runScript("stop", port); err != nil {
+		if _, err := runScript("stop", "--wipe", port); err != nil {
 			t.Errorf("redistest: %v", err)
 		}
 	})
