@@ -1,6 +1,7 @@
 // Command certs writes a throwaway certificate authority and a node
 // certificate it signs, PEM, for the test Cassandra's TLS on its native
-// port; test/cassandra/cassandra.sh runs it before every start.
+// port and the test Redis's TLS; test/cassandra/cassandra.sh runs it before
+// every start, test/redis/redis.sh before every start-tls.
 //
 // In -dir it writes ca.pem (the CA's certificate, for clients to verify the
 // node with) and node.pem (the node's PKCS#8 private key followed by its
@@ -28,17 +29,18 @@ import (
 func main() {
 	dir := flag.String("dir", "", "directory to write ca.pem and node.pem to")
 	hosts := flag.String("hosts", "127.0.0.2,localhost", "comma-separated IP addresses and names the node certificate is for")
+	name := flag.String("name", "cqlguard test Cassandra", "common name of the node certificate")
 	valid := flag.Duration("valid", 30*24*time.Hour, "how long the certificates are valid")
 	flag.Parse()
 	if *dir == "" {
 		fail(fmt.Errorf("-dir is required"))
 	}
-	if err := write(*dir, strings.Split(*hosts, ","), *valid); err != nil {
+	if err := write(*dir, *name, strings.Split(*hosts, ","), *valid); err != nil {
 		fail(err)
 	}
 }
 
-func write(dir string, hosts []string, valid time.Duration) error {
+func write(dir, name string, hosts []string, valid time.Duration) error {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -68,7 +70,7 @@ func write(dir string, hosts []string, valid time.Duration) error {
 	}
 	node := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "cqlguard test Cassandra"},
+		Subject:      pkix.Name{CommonName: name},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(valid),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
