@@ -183,12 +183,12 @@ func (r *Reporter) report(ctx context.Context) error {
 		r.proxies = int(n)
 		r.m.proxies.Set(float64(n))
 	}
-	// The fleet's rate over the last second: this second's count so far
-	// and the part of the last second's that the sliding second still
-	// covers. Other proxies' counts of the last half interval are not in
-	// yet, which the window makes up for.
+	// The fleet's rate over the last second: what was reported in this
+	// second so far, and the part of what was reported in the last one that
+	// a sliding second still covers. Counts are keyed by when they were
+	// reported, so each proxy's are late by up to an interval, but the
+	// window holds a second's worth of every proxy's reports all the same.
 	frac := float64(now.Nanosecond()) / 1e9
-	weight := min(max(1-frac+interval/2, 0), 1)
 	until := now.Add(max(3*r.cfg.Interval, 300*time.Millisecond)).UnixNano()
 	for i, e := range r.entries {
 		cur, err := r.incr[i].Result()
@@ -196,7 +196,7 @@ func (r *Reporter) report(ctx context.Context) error {
 			continue
 		}
 		prev, _ := r.prev[i].Int64()
-		rate := float64(cur) + float64(prev)*weight
+		rate := float64(cur) + float64(prev)*(1-frac)
 		share := 1.0
 		if rate > float64(e.Limit) {
 			share = float64(e.Limit) / rate

@@ -29,7 +29,7 @@ type simProxy struct {
 // simulation runs a fleet of proxies in front of one hot partition, on a
 // simulated clock, reporting to a real Redis.
 type simulation struct {
-	algorithm   ratelimit.Algorithm
+	algorithm   string
 	limit       uint32
 	offered     float64   // operations per second over the fleet, V
 	split       []float64 // each proxy's part of the offered load
@@ -72,15 +72,15 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 			owed[i] += s.offered * s.split[i] * step.Seconds()
 			for ; owed[i] >= 1; owed[i]-- {
 				ts := now.UnixNano()
-				ok := p.lim.AllowAt(ts, 42, label, s.limit) != ratelimit.Reject
-				if ok && s.coordinated {
-					ok = p.fleet.Admit(ts, 42, label, s.limit)
+				ok := !s.coordinated || p.fleet.Admit(ts, 42, label, s.limit)
+				if ok {
+					ok = p.lim.AllowAt(ts, 42, label, s.limit) != ratelimit.Reject
 				}
 				if ok {
 					admitted[tick/1000]++
 				}
 			}
-			if s.coordinated && tick%100 == 99 {
+			if s.coordinated && (tick+i*37)%100 == 99 { // each proxy its own phase
 				p.rep.Report(context.Background())
 			}
 		}
@@ -102,23 +102,24 @@ func redisClient(t *testing.T) func() redis.UniversalClient {
 	return func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }
 }
 
-// TestFleetAdmitsTheLimit: three proxies, the load of one hot partition
-// split evenly and then 80/10/10, each at 5 times the limit: with
+// TestFleetAdmitsTheLimit: three proxies, the load of one hot partition,
+// 5 times its limit, split evenly or 80/10/10, on a simulated clock: with
 // coordination the fleet admits the limit (token bucket: every second
-// after the first two within 10%; scylla: the mean within 10% of what one
-// limiter alone admits); without it, about three times the limit.
+// after the first two within 10%; scylla: the mean within 10% of its curve,
+// the limit at that load); without it, each proxy admits up to the limit.
 func TestFleetAdmitsTheLimit(t *testing.T) {
 	client := redisClient(t)
-	for _, alg := range []ratelimit.Algorithm{ratelimit.AlgorithmTokenBucket, ratelimit.AlgorithmScylla} {
+	for _, alg := range []string{ratelimit.AlgorithmTokenBucket, ratelimit.AlgorithmScylla} {
 		for _, split := range [][]float64{{1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.8, 0.1, 0.1}} {
 			name := fmt.Sprintf("%s/%v", alg, split)
 			t.Run(name, func(t *testing.T) {
 				const limit = 200
 				sim := simulation{algorithm: alg, limit: limit, offered: 5 * limit, split: split, seconds: 8, coordinated: true}
 				got := sim.run(t, client)
-				alone := simulation{algorithm: alg, limit: limit, offered: 5 * limit, split: []float64{1}, seconds: 8}.run(t, nil)
-				want := meanAfter(alone, 2)
-				t.Logf("admitted per second %v; one proxy alone %v", got, alone)
+				// At five times the limit, ScyllaDB's curve is the limit
+				// (FACTS.md section 1), as the token bucket's is.
+				want := float64(limit)
+				t.Logf("admitted per second %v", got)
 				for sec, n := range got[2:] {
 					if alg == ratelimit.AlgorithmTokenBucket && math.Abs(float64(n)-limit) > 0.1*limit {
 						t.Errorf("second %d: %d admitted, want %d ±10%%", sec+2, n, limit)

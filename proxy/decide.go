@@ -64,14 +64,17 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		if limit == 0 {
 			continue
 		}
-		// With coordination, what the local limiter lets through is
-		// counted for the fleet's report, and admitted while within the
-		// share the fleet's rate leaves (ratelimit.Fleet).
+		// With coordination, every operation is counted for the fleet's
+		// report and admitted while within the share the fleet's rate
+		// leaves (ratelimit.Fleet); the local limiter then decides what
+		// the fleet admits, as a defence when the fleet's view is late.
 		ok := true
-		if fl == nil {
-			ok = lim.AllowAt(now, p.Token, label, limit) != ratelimit.Reject
-		} else if ok = lim.AllowAt(now, p.Token, label, fl.LocalLimit(limit)) != ratelimit.Reject; ok {
+		if fl != nil {
 			ok = fl.Admit(now, p.Token, label, limit)
+			limit = fl.LocalLimit(limit)
+		}
+		if ok {
+			ok = lim.AllowAt(now, p.Token, label, limit) != ratelimit.Reject
 		}
 		if !ok && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true

@@ -52,7 +52,7 @@ const (
 
 // fleetEntry is a tracked partition's counts and its share.
 type fleetEntry struct {
-	// hits counts operations let through since the last Collect.
+	// hits counts operations offered since the last Collect.
 	hits  atomic.Uint32
 	limit atomic.Uint32
 	// admit is the share of operations to admit, 16.16 fixed point in the
@@ -88,9 +88,10 @@ func NewFleet(entries int) *Fleet {
 	return f
 }
 
-// Admit counts an operation on a partition that its local Limiter let
-// through, and reports whether the fleet still admits it: true unless the
-// partition has a current share below one and this operation is past it.
+// Admit counts an operation offered to a partition, and reports whether the
+// fleet admits it: true unless the partition has a current share below one
+// and this operation is past it. An operation it admits is then for the
+// local Limiter to decide.
 // limit is the partition's limit for the whole fleet, kept for Collect.
 // now is in nanoseconds on the caller's clock, as given to Set.
 func (f *Fleet) Admit(now int64, token int64, label Label, limit uint32) bool {
@@ -146,8 +147,7 @@ type FleetEntry struct {
 	Label Label
 	// Limit is the partition's limit for the whole fleet.
 	Limit uint32
-	// Hits is the operations its local Limiter let through since the last
-	// Collect.
+	// Hits is the operations offered to it since the last Collect.
 	Hits uint32
 	slot uint32
 }
