@@ -97,9 +97,17 @@ func TestEnforceLimits(t *testing.T) {
 
 // BenchmarkDecide measures counting one classified request against its
 // partition's limit: accepted (a partition under its limit) and rejected
-// (one far over it, answer excluded).
+// (one far over it, answer excluded); alone, and with coordination, whose
+// fleet table every decision then reads and counts in (its reports, to an
+// address nothing listens on, fail off the request path).
 func BenchmarkDecide(b *testing.B) {
+	b.Run("alone", func(b *testing.B) { benchmarkDecide(b, nil) })
+	b.Run("coordinated", func(b *testing.B) { benchmarkDecide(b, []string{"127.0.0.1:1"}) })
+}
+
+func benchmarkDecide(b *testing.B, redis []string) {
 	cfg := config.Default()
+	cfg.Coordination.Addresses = redis
 	cfg.Admin.Listen = ""
 	cfg.Upstreams = []string{"127.0.0.1:1"}
 	limit := config.OpsPerSecond(1000)
@@ -108,6 +116,7 @@ func BenchmarkDecide(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { p.Shutdown(b.Context()) })
 	snap := testSnapshot(b)
 	s := &session{p: p}
 	c := &Classification{Op: OpRead, Pinned: true, Partitions: []Partition{{Table: snap.Table([]byte("ks"), []byte("kv"))}}}

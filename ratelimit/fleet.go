@@ -18,9 +18,9 @@ import (
 // the share of operations each partition may still admit until the next
 // report. Between reports a decision reads only this table.
 //
-// A partition is tracked from the first operation Admit sees for it, in a
-// table of fixed size: buckets of four entries, one cache line of keys
-// each. A partition whose bucket is full is not tracked, and is limited by
+// A partition is tracked from one of the first operations Admit sees for
+// it, in a table of fixed size: buckets of four entries, one cache line of
+// keys each. A partition whose bucket is full is not tracked, and is limited by
 // the local Limiter alone. Collect forgets the partitions that were not
 // hot enough to report, so the table holds what is hot now.
 //
@@ -103,6 +103,13 @@ func (f *Fleet) Admit(now int64, token int64, label Label, limit uint32) bool {
 		if b.keys[i].Load() == want && b.tokens[i].Load() == token {
 			return f.entries[bi*4+uint64(i)].admitAt(now)
 		}
+	}
+	// A partition not tracked yet is taken in at one operation in eight,
+	// picked by the clock: a hot one within a few operations, while a
+	// stream of cold ones (uniform traffic, or a client spraying keys)
+	// costs a bucket read and rarely takes a place.
+	if (now>>10)&7 != 0 {
+		return true
 	}
 	for i := range b.keys {
 		if b.keys[i].Load() == 0 && b.keys[i].CompareAndSwap(0, keyBusy) {
