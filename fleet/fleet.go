@@ -153,10 +153,12 @@ func (r *Reporter) report(ctx context.Context) error {
 	now := r.cfg.Now()
 	interval := r.cfg.Interval.Seconds()
 	proxies := r.proxies
-	// A partition is reported once its rate here reaches half its share of
-	// the limit: below that, the whole fleet together stays under it.
+	// A partition is reported once its rate here reaches a twentieth of
+	// its share of the limit: what the fleet's proxies do not report of a
+	// partition is then at most a twentieth of its limit, and admitted on
+	// top of it.
 	hot := func(limit uint32) uint32 {
-		return max(1, uint32(float64(limit)*interval/float64(2*proxies)))
+		return max(1, uint32(float64(limit)*interval/float64(20*proxies)))
 	}
 	r.entries = r.fleet.Collect(r.entries[:0], hot, r.cfg.MaxPartitions)
 	r.m.partitions.Set(float64(len(r.entries)))

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +192,137 @@ func TestReporterFallback(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "coordination restored"); n != 1 {
 		t.Errorf("%d lines saying coordination was restored, want 1:\n%s", n, log.String())
+	}
+}
+
+// TestScaleOutTable prints docs/scale-out.md's accuracy table:
+// CQLGUARD_SCALEOUT=1 go test ./fleet -run ScaleOutTable -v.
+func TestScaleOutTable(t *testing.T) {
+	if os.Getenv("CQLGUARD_SCALEOUT") == "" {
+		t.Skip("set CQLGUARD_SCALEOUT=1 to print the table")
+	}
+	client := redisClient(t)
+	const limit = 1000
+	t.Log("| algorithm | proxies | split | V/L | admitted/s, seconds 2-9 | of the curve | worst second | seconds to hold |")
+	t.Log("| --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, alg := range []string{ratelimit.AlgorithmTokenBucket, ratelimit.AlgorithmScylla} {
+		for _, n := range []int{2, 4, 8} {
+			for _, skewed := range []bool{false, true} {
+				split := make([]float64, n)
+				for i := range split {
+					split[i] = 1 / float64(n)
+					if skewed {
+						split[i] = 0.2 / float64(n-1)
+					}
+				}
+				name := "even"
+				if skewed {
+					split[0] = 0.8
+					name = "80% on one"
+				}
+				for _, vl := range []float64{0.5, 2, 10} {
+					got := simulation{algorithm: alg, limit: limit, offered: vl * limit, split: split, seconds: 10, coordinated: true}.run(t, client)
+					// Both curves are the offered rate up to the limit and
+					// the limit from twice it on (FACTS.md section 1).
+					want := min(vl, 1) * limit
+					worst, hold := 0.0, -1
+					for i, x := range got {
+						dev := math.Abs(float64(x)-want) / want
+						if i >= 2 {
+							worst = max(worst, dev)
+						}
+						if dev > 0.1 {
+							hold = -1
+						} else if hold < 0 {
+							hold = i
+						}
+					}
+					t.Logf("| %s | %d | %s | %g | %.0f | %+.1f%% | %+.1f%% | %d |", alg, n, name, vl, meanAfter(got, 2), 100*(meanAfter(got, 2)-want)/want, 100*worst, hold)
+				}
+			}
+		}
+	}
+}
+
+// TestFleetOnRedisCluster: the fleet admits the limit through a
+// three-master Redis Cluster, whose nodes hold different partitions' keys.
+func TestFleetOnRedisCluster(t *testing.T) {
+	addrs := redistest.StartCluster(t)
+	client := func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) }
+	const limit = 200
+	got := simulation{algorithm: ratelimit.AlgorithmTokenBucket, limit: limit, offered: 5 * limit, split: []float64{0.8, 0.1, 0.1}, seconds: 6, coordinated: true}.run(t, client)
+	t.Logf("admitted per second %v", got)
+	for sec, n := range got[2:] {
+		if math.Abs(float64(n)-limit) > 0.1*limit {
+			t.Errorf("second %d: %d admitted, want %d ±10%%", sec+2, n, limit)
+		}
+	}
+}
+
+// TestRedisCost prints what reporting costs Redis, for docs/scale-out.md:
+// CQLGUARD_SCALEOUT=1 go test ./fleet -run RedisCost -v. Proxies report in
+// real time, every 100 ms, each with its hot partitions all over the bar.
+func TestRedisCost(t *testing.T) {
+	if os.Getenv("CQLGUARD_SCALEOUT") == "" {
+		t.Skip("set CQLGUARD_SCALEOUT=1 to print the figures")
+	}
+	addr := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	stat := func() (cmds, in, out float64) {
+		info, err := admin.Info(context.Background(), "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		field := func(name string) float64 {
+			for _, line := range strings.Split(info, "\r\n") {
+				if v, ok := strings.CutPrefix(line, name+":"); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					return f
+				}
+			}
+			return 0
+		}
+		return field("total_commands_processed"), field("total_net_input_bytes"), field("total_net_output_bytes")
+	}
+	t.Log("| proxies | hot partitions each | reported each | commands/s per proxy | bytes/s in per proxy | bytes/s out per proxy | total commands/s | report p50 | report p99 |")
+	t.Log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, tc := range []struct{ proxies, hot, max int }{{1, 1, 1000}, {1, 100, 1000}, {1, 10000, 1000}, {1, 10000, 10000}, {100, 100, 1000}} {
+		prefix := fmt.Sprintf("cost:%d:", time.Now().UnixNano())
+		type sim struct {
+			f *ratelimit.Fleet
+			r *Reporter
+		}
+		sims := make([]sim, tc.proxies)
+		for i := range sims {
+			f := ratelimit.NewFleet(2 * tc.hot)
+			sims[i] = sim{f, New(Config{Client: redis.NewClient(&redis.Options{Addr: addr}), KeyPrefix: prefix, Interval: 100 * time.Millisecond, MaxPartitions: tc.max}, f, zerolog.Nop(), NewMetrics(nil))}
+			defer sims[i].r.cfg.Client.Close()
+		}
+		c0, i0, o0 := stat()
+		start := time.Now()
+		var took []time.Duration
+		const rounds = 30
+		for range rounds {
+			next := time.Now().Add(100 * time.Millisecond)
+			for _, s := range sims {
+				for tok := range int64(tc.hot) {
+					for range 3 { // tracked within a few operations
+						s.f.Admit(time.Now().UnixNano()&^(7<<10), tok, 1, 100)
+					}
+				}
+				t0 := time.Now()
+				s.r.Report(context.Background())
+				took = append(took, time.Since(t0))
+			}
+			time.Sleep(time.Until(next))
+		}
+		secs := time.Since(start).Seconds()
+		c1, i1, o1 := stat()
+		n := float64(tc.proxies)
+		slices.Sort(took)
+		t.Logf("| %d | %d | %d | %.0f | %.0f | %.0f | %.0f | %v | %v |", tc.proxies, tc.hot, min(tc.hot, tc.max),
+			(c1-c0)/secs/n, (i1-i0)/secs/n, (o1-o0)/secs/n, (c1-c0)/secs,
+			took[len(took)/2].Round(10*time.Microsecond), took[len(took)*99/100].Round(10*time.Microsecond))
 	}
 }

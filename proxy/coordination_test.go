@@ -244,3 +244,43 @@ func (r *slowRelay) setDelay(d time.Duration) {
 	r.delay = d
 	r.mu.Unlock()
 }
+
+// TestCoordinationSecured: the reporter reaches a Redis that asks for an
+// ACL user and password, and one that speaks only TLS, verified against
+// its CA.
+func TestCoordinationSecured(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		edit func(t *testing.T, c *config.CoordinationConfig)
+	}{
+		{"acl", func(t *testing.T, c *config.CoordinationConfig) {
+			addr, cred := redistest.StartACL(t)
+			c.Addresses, c.Username, c.PasswordFile = []string{addr}, cred.User, cred.PasswordFile
+		}},
+		{"tls", func(t *testing.T, c *config.CoordinationConfig) {
+			addr, ca := redistest.StartTLS(t)
+			c.Addresses, c.TLS = []string{addr}, config.CoordinationTLSConfig{Enabled: true, CAFile: ca}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			cfg := config.Default()
+			cfg.Admin.Listen, cfg.Upstreams = "", []string{"127.0.0.1:1"}
+			cfg.Coordination.SyncInterval = config.Duration(50 * time.Millisecond)
+			tc.edit(t, &cfg.Coordination)
+			var log syncBuffer
+			p, err := New(cfg, zerolog.New(&log), reg, WithSchema(staticSchema{testSnapshot(t)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Shutdown(t.Context()) })
+			for deadline := time.Now().Add(5 * time.Second); gaugeValue(t, reg, "cqlguard_coordination_up") != 1; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("coordination not up after 5 s; log:\n%s", log.String())
+				}
+			}
+		})
+	}
+}
