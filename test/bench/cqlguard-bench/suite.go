@@ -40,6 +40,7 @@ type suite struct {
 	pin                    bool
 	only                   string
 	rejectLimits           string
+	redisScript            string
 
 	upstreamAddr string
 	upstreamPid  int
@@ -69,6 +70,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.concurrency, "concurrency", 64, "requests in flight per connection in saturating runs")
 	pin := fs.String("pin", "split", "split: the load generator and the upstream on CPU 0, cqlguard on CPU 1; none: no pinning")
 	fs.StringVar(&s.only, "only", "", "run only the workloads whose name contains this (say \"EXECUTE v4\")")
+	fs.StringVar(&s.redisScript, "redis-script", "test/redis/redis.sh", "script that installs and starts Redis, for the coordinated row")
 	fs.StringVar(&s.rejectLimits, "reject-limits", "", "YAML file with the limits section that makes cqlguard reject every request of the rejected row (default: bench.kv at 1 read/s)")
 	out := fs.String("out", "", "also write the table to this file")
 	fs.BoolVar(&s.verbose, "v", false, "print each run's summary")
@@ -196,6 +198,9 @@ func (s *suite) runAll(ctx context.Context) ([]*row, error) {
 	}
 	if s.only == "" || strings.Contains("rejected", s.only) {
 		rows = append(rows, s.rejectedRow(ctx))
+	}
+	if s.only == "" || strings.Contains("counted, coordinated", s.only) {
+		rows = append(rows, s.coordinatedRows(ctx)...)
 	}
 	return rows, nil
 }
