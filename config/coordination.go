@@ -114,8 +114,10 @@ func (c CoordinationConfig) validate() error {
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return errors.New("coordination.tls: cert_file and key_file go together")
 	}
-	if d := time.Duration(c.SyncInterval); d < 10*time.Millisecond || d > 10*time.Second {
-		return fmt.Errorf("coordination.sync_interval: %s is outside 10ms to 10s", d)
+	// Rates are read over a sliding second of reports, which must hold
+	// more than one report of every proxy.
+	if d := time.Duration(c.SyncInterval); d < 10*time.Millisecond || d > 500*time.Millisecond {
+		return fmt.Errorf("coordination.sync_interval: %s is outside 10ms to 500ms", d)
 	}
 	switch c.Fallback {
 	case FallbackLocal, FallbackShare:

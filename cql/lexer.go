@@ -105,6 +105,10 @@ type Lexer struct {
 	lastEnds bool
 	braces   uint64
 	depth    int
+	// casts has a bit per open parenthesis that began a term and has held
+	// only what a type holds (words other than literals, <, > and commas):
+	// a type hint, (int) :x, after which a value is still to come.
+	casts uint64
 }
 
 // Reset makes the lexer read src from its start.
@@ -148,19 +152,31 @@ func (l *Lexer) scan() Token {
 
 // track follows brackets and whether the last token ended a value.
 func (l *Lexer) track(t Token) {
+	if d := l.depth - 1; d >= 0 && d < 64 && l.casts&(1<<d) != 0 && !typeToken(t) {
+		l.casts &^= 1 << d
+	}
+	cast := false
 	if t.Kind == Punct && len(t.Text) == 1 {
 		switch c := t.Text[0]; c {
 		case '{', '[', '(':
 			if l.depth < 64 {
 				l.braces &^= 1 << l.depth
+				l.casts &^= 1 << l.depth
 				if c == '{' {
 					l.braces |= 1 << l.depth
+				}
+				if c == '(' && !l.lastEnds {
+					l.casts |= 1 << l.depth
 				}
 			}
 			l.depth++
 		case '}', ']', ')':
 			if l.depth > 0 {
 				l.depth--
+				if d := l.depth; d < 64 && c == ')' && l.casts&(1<<d) != 0 {
+					cast = true
+					l.casts &^= 1 << d
+				}
 			}
 		}
 	}
@@ -168,10 +184,21 @@ func (l *Lexer) track(t Token) {
 	case Word, QuotedName, String, Number, Duration, UUID, Blob, Marker:
 		l.lastEnds = true
 	case Punct:
-		l.lastEnds = t.IsPunct('}') || t.IsPunct(']') || t.IsPunct(')')
+		l.lastEnds = (t.IsPunct('}') || t.IsPunct(']') || t.IsPunct(')')) && !cast
 	default:
 		l.lastEnds = false
 	}
+}
+
+// typeToken reports whether t can be part of a type in a type hint.
+func typeToken(t Token) bool {
+	switch {
+	case t.Kind == Word:
+		return !t.IsWord("true") && !t.IsWord("false") && !t.IsWord("null") && !t.IsWord("nan") && !t.IsWord("infinity")
+	case t.Kind == QuotedName:
+		return true
+	}
+	return t.IsPunct('<') || t.IsPunct('>') || t.IsPunct(',') || t.IsPunct('.') || t.IsPunct(')')
 }
 
 // inBraces reports whether the innermost open bracket is a brace.

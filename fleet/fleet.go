@@ -160,7 +160,7 @@ func (r *Reporter) report(ctx context.Context) error {
 	hot := func(limit uint32) uint32 {
 		return max(1, uint32(float64(limit)*interval/float64(20*proxies)))
 	}
-	r.entries = r.fleet.Collect(r.entries[:0], hot, r.cfg.MaxPartitions)
+	r.entries = r.fleet.Collect(r.entries[:0], now.UnixNano(), hot, r.cfg.MaxPartitions)
 	r.m.partitions.Set(float64(len(r.entries)))
 
 	sec := now.Unix()
@@ -178,7 +178,20 @@ func (r *Reporter) report(ctx context.Context) error {
 		pipe.PExpire(ctx, cur, 3*time.Second)
 		r.prev = append(r.prev, pipe.Get(ctx, prev))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	// Exec reports the first error of all, and a partition new this second
+	// has no count for the last one (redis.Nil): look at each command, so
+	// that such a partition hides no failure behind it.
+	cmds, err := pipe.Exec(ctx)
+	if errors.Is(err, redis.Nil) {
+		err = nil
+		for _, c := range cmds {
+			if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+				err = e
+				break
+			}
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("reporting %d partitions: %w", len(r.entries), err)
 	}
 	if n, err := count.Result(); err == nil && n > 0 {

@@ -326,3 +326,31 @@ func TestRedisCost(t *testing.T) {
 			took[len(took)/2].Round(10*time.Microsecond), took[len(took)*99/100].Round(10*time.Microsecond))
 	}
 }
+
+// TestReportFailsOnAnyCommand: a command that fails in the middle of a
+// report (here a key of the wrong type; a Redis Cluster master down would
+// do the same) fails the report, even behind a partition new this second,
+// whose missing count for the last second is no failure.
+func TestReportFailsOnAnyCommand(t *testing.T) {
+	addr := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	now := time.Unix(1_900_000_000, 500_000_000)
+	f := ratelimit.NewFleet(64)
+	m := NewMetrics(prometheus.NewRegistry())
+	r := New(Config{Client: c, KeyPrefix: fmt.Sprintf("fail:%d:", time.Now().UnixNano()), Interval: 100 * time.Millisecond,
+		Now: func() time.Time { return now }}, f, zerolog.Nop(), m)
+	for tok, hits := range []int{300, 200, 100} {
+		for range hits {
+			f.Admit(0, int64(tok), 7, 10)
+		}
+	}
+	bad, _ := r.keys(ratelimit.FleetEntry{Token: 1, Label: 7}, now.Unix())
+	if err := c.RPush(context.Background(), bad, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.Report(context.Background())
+	if testutil.ToFloat64(m.up) != 0 || testutil.ToFloat64(m.failures) != 1 {
+		t.Errorf("up %v, failures %v: a report with a failed command counted as a success", testutil.ToFloat64(m.up), testutil.ToFloat64(m.failures))
+	}
+}

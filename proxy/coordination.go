@@ -7,7 +7,6 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"reflect"
 	"sync"
 	"time"
@@ -33,16 +32,29 @@ func (p *Proxy) initCoordination(reg prometheus.Registerer, cfg config.Coordinat
 	return p.applyCoordination(cfg)
 }
 
-// applyCoordination starts, replaces or stops the reporter for cfg. A
-// configuration that cannot be used (a TLS file that does not load, say)
+// checkCoordination reports whether cfg can be applied: its password and
+// TLS files read. Reload checks before it applies anything.
+func checkCoordination(cfg config.CoordinationConfig) error {
+	if !cfg.Enabled() {
+		return nil
+	}
+	client, err := redisClient(cfg)
+	if err == nil {
+		client.Close()
+	}
+	return err
+}
+
+// applyCoordination starts, replaces or stops the reporter for cfg. It
+// replaces a running one even when cfg is the same, so that a reload reads
+// a rotated password or renewed certificates; the fleet's shares are kept.
+// A configuration that cannot be used (a TLS file that does not load, say)
 // leaves the running reporter as it is.
 func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
 	c := &p.coord
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stop != nil && reflect.DeepEqual(c.cfg, cfg) {
-		return nil
-	}
+	same := c.stop != nil && reflect.DeepEqual(c.cfg, cfg)
 	var client redis.UniversalClient
 	if cfg.Enabled() {
 		var err error
@@ -80,6 +92,9 @@ func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
 	}()
 	c.stop = func() { cancel(); <-done }
 	p.fleet.Store(f)
+	if same {
+		return nil
+	}
 	p.log.Info().Strs("addresses", cfg.Addresses).Bool("cluster", cfg.Cluster).
 		Dur("sync_interval", time.Duration(cfg.SyncInterval)).Str("fallback", cfg.Fallback).
 		Msg("coordinating limits with the fleet")
@@ -111,12 +126,9 @@ func redisClient(cfg config.CoordinationConfig) (redis.UniversalClient, error) {
 		if conf, err = clientTLS("coordination.tls", t.CAFile, t.CertFile, t.KeyFile); err != nil {
 			return nil, err
 		}
-		// Without a server name, the first address's host is verified:
-		// name the cluster's in server_name if its nodes differ.
+		// Without a server name, each address's host is verified (the
+		// TLS dialer takes it from the address).
 		conf.ServerName = t.ServerName
-		if conf.ServerName == "" {
-			conf.ServerName, _, _ = net.SplitHostPort(cfg.Addresses[0])
-		}
 	}
 	timeout := time.Duration(cfg.SyncInterval)
 	if cfg.Cluster {

@@ -28,21 +28,23 @@ func TestCoordinationFaults(t *testing.T) {
 	t.Parallel()
 	type fault struct {
 		name string
+		// outage is how long requests run while Redis fails.
+		outage time.Duration
 		// start returns the Redis address and password env value the proxy
 		// is given, a function that breaks Redis, and one that mends it
 		// (nil where it stays broken).
 		start func(t *testing.T) (addr, user, password string, breakIt, mend func())
 	}
 	faults := []fault{
-		{"stopped", func(t *testing.T) (string, string, string, func(), func()) {
+		{"stopped", 10 * time.Second, func(t *testing.T) (string, string, string, func(), func()) {
 			addr := redistest.Start(t)
 			return addr, "", "", func() { redistest.Stop(t, addr) }, func() { redistest.Restart(t, addr) }
 		}},
-		{"slow", func(t *testing.T) (string, string, string, func(), func()) {
+		{"slow", 2 * time.Second, func(t *testing.T) (string, string, string, func(), func()) {
 			r := newSlowRelay(t, redistest.Start(t))
 			return r.addr, "", "", func() { r.setDelay(500 * time.Millisecond) }, func() { r.setDelay(0) }
 		}},
-		{"wrong password", func(t *testing.T) (string, string, string, func(), func()) {
+		{"wrong password", time.Second, func(t *testing.T) (string, string, string, func(), func()) {
 			addr, _ := redistest.StartACL(t)
 			return addr, "cqlguard", "not-the-password", func() {}, nil
 		}},
@@ -92,6 +94,7 @@ func TestCoordinationFaults(t *testing.T) {
 				for end := time.Now().Add(d); time.Now().Before(end); {
 					stream = (stream + 1) & 0x7fff
 					start := time.Now()
+					c.c.SetDeadline(start.Add(5 * time.Second)) // each request its own
 					c.send(stream, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
 					if fr := c.recv(); fr.Header.OpCode != primitive.OpCodeResult {
 						t.Fatalf("request answered with %v", fr.Body.Message)
@@ -114,10 +117,10 @@ func TestCoordinationFaults(t *testing.T) {
 			if mend != nil {
 				waitUp(1)
 			}
-			before := p99(run(500 * time.Millisecond))
+			before := p99(run(min(f.outage, 2*time.Second)))
 			breakIt()
 			waitUp(0)
-			during := p99(run(500 * time.Millisecond))
+			during := p99(run(f.outage))
 			t.Logf("request p99 %v with Redis answering, %v without", before, during)
 			if during > 2*before+5*time.Millisecond {
 				t.Errorf("request p99 %v while Redis fails, %v before", during, before)

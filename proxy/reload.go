@@ -74,6 +74,9 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	defer r.mu.Unlock()
 	err := cfg.Validate()
 	if err == nil {
+		err = checkCoordination(cfg.Coordination)
+	}
+	if err == nil {
 		err = p.applyLimits(cfg.Limits)
 	}
 	if err == nil {

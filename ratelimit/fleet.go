@@ -101,7 +101,11 @@ func (f *Fleet) Admit(now int64, token int64, label Label, limit uint32) bool {
 	want := uint64(label)<<32 | keyUsed
 	for i := range b.keys {
 		if b.keys[i].Load() == want && b.tokens[i].Load() == token {
-			return f.entries[bi*4+uint64(i)].admitAt(now)
+			e := &f.entries[bi*4+uint64(i)]
+			if e.limit.Load() != limit {
+				e.limit.Store(limit) // a reload changed it
+			}
+			return e.admitAt(now)
 		}
 	}
 	// A partition not tracked yet is taken in at one operation in eight,
@@ -163,9 +167,10 @@ type FleetEntry struct {
 // Collect are at least min(Limit) (hot enough to report), hottest first,
 // at most max of them, and starts their counts again. The others are
 // forgotten: a partition still busy is tracked again from its next
-// operation. It is meant for one goroutine, which alone calls Collect and
-// Set.
-func (f *Fleet) Collect(dst []FleetEntry, min func(limit uint32) uint32, max int) []FleetEntry {
+// operation. Shares past their time (now, on Set's clock) are dropped, so
+// that none comes back when the clock's milliseconds wrap. It is meant for
+// one goroutine, which alone calls Collect and Set.
+func (f *Fleet) Collect(dst []FleetEntry, now int64, min func(limit uint32) uint32, max int) []FleetEntry {
 	start := len(dst)
 	for bi := range f.buckets {
 		b := &f.buckets[bi]
@@ -176,6 +181,9 @@ func (f *Fleet) Collect(dst []FleetEntry, min func(limit uint32) uint32, max int
 			}
 			slot := uint32(bi*4 + i)
 			e := &f.entries[slot]
+			if a := e.admit.Load(); a != 0 && int32(uint32(now/1e6)-uint32(a)) > 0 {
+				e.admit.CompareAndSwap(a, 0)
+			}
 			hits := e.hits.Swap(0)
 			limit := e.limit.Load()
 			if hits == 0 || hits < min(limit) {

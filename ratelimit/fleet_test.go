@@ -32,7 +32,7 @@ func TestFleetShare(t *testing.T) {
 			now := int64(1_700_000_000) * sec
 			f.Admit(now, 42, 7, 10) // tracked from here
 			if tt.share >= 0 {
-				got := f.Collect(nil, minHits(1), 10)
+				got := f.Collect(nil, now, minHits(1), 10)
 				if len(got) != 1 || got[0].Token != 42 || got[0].Label != 7 || got[0].Limit != 10 || got[0].Hits != 1 {
 					t.Fatalf("collected %+v", got)
 				}
@@ -62,7 +62,7 @@ func TestFleetCollect(t *testing.T) {
 			f.Admit(0, tok, 1, 100)
 		}
 	}
-	got := f.Collect(nil, minHits(10), 5)
+	got := f.Collect(nil, 0, minHits(10), 5)
 	if len(got) != 5 {
 		t.Fatalf("collected %d, want 5", len(got))
 	}
@@ -72,11 +72,11 @@ func TestFleetCollect(t *testing.T) {
 		}
 	}
 	// Counts start again; the partitions under the bar are forgotten.
-	if again := f.Collect(nil, minHits(1), 100); len(again) != 0 {
+	if again := f.Collect(nil, 0, minHits(1), 100); len(again) != 0 {
 		t.Errorf("collected again: %+v", again)
 	}
 	f.Admit(0, 3, 1, 100)
-	if again := f.Collect(nil, minHits(1), 100); len(again) != 1 || again[0].Hits != 1 {
+	if again := f.Collect(nil, 0, minHits(1), 100); len(again) != 1 || again[0].Hits != 1 {
 		t.Errorf("a forgotten partition is not tracked again: %+v", again)
 	}
 }
@@ -87,8 +87,8 @@ func TestFleetSetAfterReuse(t *testing.T) {
 	t.Parallel()
 	f := NewFleet(4)
 	f.Admit(0, 1, 1, 10)
-	got := f.Collect(nil, minHits(1), 1)
-	f.Collect(nil, minHits(1), 1) // forgets it
+	got := f.Collect(nil, 0, minHits(1), 1)
+	f.Collect(nil, 0, minHits(1), 1) // forgets it
 	for tok := int64(2); tok < 10; tok++ {
 		f.Admit(0, tok, 1, 10)
 	}
@@ -117,7 +117,7 @@ func TestFleetConcurrent(t *testing.T) {
 	t.Parallel()
 	f := NewFleet(64)
 	f.Admit(0, 5, 5, 10)
-	e := f.Collect(nil, minHits(1), 1)
+	e := f.Collect(nil, 0, minHits(1), 1)
 	f.Set(e[0], 0.25, 1e12)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -139,7 +139,7 @@ func TestFleetConcurrent(t *testing.T) {
 	if admits != 2000 {
 		t.Errorf("%d of 8000 admitted, want 2000", admits)
 	}
-	if got := f.Collect(nil, minHits(1), 1); len(got) != 1 || got[0].Hits != 8000 {
+	if got := f.Collect(nil, 0, minHits(1), 1); len(got) != 1 || got[0].Hits != 8000 {
 		t.Errorf("collected %+v, want 8000 hits", got)
 	}
 }
@@ -160,8 +160,48 @@ func BenchmarkFleetAdmit(b *testing.B) {
 			tok++
 			f.Admit(0, tok, 1, 10)
 			if tok%4096 == 0 {
-				f.Collect(nil, minHits(2), 0)
+				f.Collect(nil, 0, minHits(2), 0)
 			}
 		}
 	})
+}
+
+// TestFleetLimitFollowsReload: a tracked partition reports the limit its
+// operations name now, not the one it was first seen with.
+func TestFleetLimitFollowsReload(t *testing.T) {
+	t.Parallel()
+	f := NewFleet(64)
+	for range 10 {
+		f.Admit(0, 1, 1, 100)
+	}
+	f.Collect(nil, 0, minHits(1), 10)
+	for range 10 {
+		f.Admit(0, 1, 1, 1000)
+	}
+	if got := f.Collect(nil, 0, minHits(1), 10); len(got) != 1 || got[0].Limit != 1000 {
+		t.Errorf("collected %+v, want limit 1000", got)
+	}
+}
+
+// TestFleetShareExpires: a share past its time is dropped by Collect, so
+// that it does not come back once the milliseconds wrap, 24.8 days on.
+func TestFleetShareExpires(t *testing.T) {
+	t.Parallel()
+	f := NewFleet(64)
+	const ms = int64(1e6)
+	f.Admit(0, 1, 1, 10)
+	e := f.Collect(nil, 0, minHits(1), 10)
+	f.Set(e[0], 0.1, 300*ms)
+	f.Admit(0, 1, 1, 10)
+	f.Collect(nil, 1000*ms, minHits(1), 10) // past its time; not Set again
+	later := (1<<31 + 100) * ms
+	admits := 0
+	for range 100 {
+		if f.Admit(later, 1, 1, 10) {
+			admits++
+		}
+	}
+	if admits != 100 {
+		t.Errorf("%d of 100 admitted, want all: the share came back", admits)
+	}
 }
