@@ -94,11 +94,13 @@ func (t Token) Content() (b []byte, doubled bool) {
 // Lexer splits CQL text into tokens. The zero value lexes nothing; Reset
 // gives it a text. It does not allocate.
 type Lexer struct {
-	src    []byte
-	pos    int
-	end    int // after the token Next returned last
-	peeked bool
-	ahead  Token
+	src []byte
+	pos int
+	// lastEnd is the end of the token scanned last, prevEnd of the one
+	// before: End's answer, as Next and Peek may have scanned.
+	lastEnd, prevEnd int
+	peeked           bool
+	ahead            Token
 	// lastEnds is whether the token scanned last ends a value; braces is a
 	// stack of open brackets, a bit each, set for a brace, and depth its
 	// height. They tell a marker from a separator.
@@ -128,74 +130,82 @@ func (l *Lexer) Peek() Token {
 
 // Next consumes and returns the next token.
 func (l *Lexer) Next() Token {
-	t := l.ahead
 	if l.peeked {
 		l.peeked = false
-	} else {
-		t = l.scan()
+		return l.ahead
 	}
-	l.end = t.End
-	return t
+	return l.scan()
 }
 
 // End returns the offset after the token Next returned last: where the
 // text read so far ends, without the space and comments after it.
-func (l *Lexer) End() int { return l.end }
+func (l *Lexer) End() int {
+	if l.peeked {
+		return l.prevEnd
+	}
+	return l.lastEnd
+}
 
 func (l *Lexer) scan() Token {
-	l.pos = SkipSpace(l.src, l.pos)
-	t := l.token(l.pos)
-	l.pos = t.End
-	l.track(t)
-	return t
+	i := SkipSpace(l.src, l.pos)
+	kind, end := l.bounds(i)
+	l.pos = end
+	l.prevEnd, l.lastEnd = l.lastEnd, end
+	l.track(kind, l.src[i:end])
+	return Token{Kind: kind, Text: l.src[i:end], Start: i, End: end}
 }
 
 // track follows brackets and whether the last token ended a value.
-func (l *Lexer) track(t Token) {
-	if d := l.depth - 1; d >= 0 && d < 64 && l.casts&(1<<d) != 0 && !typeToken(t) {
-		l.casts &^= 1 << d
-	}
-	cast := false
-	if t.Kind == Punct && len(t.Text) == 1 {
-		switch c := t.Text[0]; c {
-		case '{', '[', '(':
-			if l.depth < 64 {
-				l.braces &^= 1 << l.depth
-				l.casts &^= 1 << l.depth
-				if c == '{' {
-					l.braces |= 1 << l.depth
-				}
-				if c == '(' && !l.lastEnds {
-					l.casts |= 1 << l.depth
-				}
-			}
-			l.depth++
-		case '}', ']', ')':
-			if l.depth > 0 {
-				l.depth--
-				if d := l.depth; d < 64 && c == ')' && l.casts&(1<<d) != 0 {
-					cast = true
-					l.casts &^= 1 << d
-				}
-			}
+func (l *Lexer) track(kind Kind, text []byte) {
+	if l.casts != 0 {
+		if d := l.depth - 1; d >= 0 && d < 64 && l.casts&(1<<d) != 0 && !typeToken(kind, text) {
+			l.casts &^= 1 << d
 		}
 	}
-	switch t.Kind {
-	case Word, QuotedName, String, Number, Duration, UUID, Blob, Marker:
-		l.lastEnds = true
-	case Punct:
-		l.lastEnds = (t.IsPunct('}') || t.IsPunct(']') || t.IsPunct(')')) && !cast
+	if kind != Punct {
+		l.lastEnds = kind != EOF && kind != Bad
+		return
+	}
+	if len(text) != 1 {
+		l.lastEnds = false
+		return
+	}
+	switch c := text[0]; c {
+	case '{', '[', '(':
+		if l.depth < 64 {
+			l.braces &^= 1 << l.depth
+			l.casts &^= 1 << l.depth
+			if c == '{' {
+				l.braces |= 1 << l.depth
+			}
+			if c == '(' && !l.lastEnds {
+				l.casts |= 1 << l.depth
+			}
+		}
+		l.depth++
+		l.lastEnds = false
+	case '}', ']', ')':
+		cast := false
+		if l.depth > 0 {
+			l.depth--
+			if d := l.depth; d < 64 && c == ')' && l.casts&(1<<d) != 0 {
+				cast = true
+				l.casts &^= 1 << d
+			}
+		}
+		l.lastEnds = !cast
 	default:
 		l.lastEnds = false
 	}
 }
 
-// typeToken reports whether t can be part of a type in a type hint.
-func typeToken(t Token) bool {
-	switch {
-	case t.Kind == Word:
+// typeToken reports whether a token can be part of a type in a type hint.
+func typeToken(kind Kind, text []byte) bool {
+	t := Token{Kind: kind, Text: text}
+	switch kind {
+	case Word:
 		return !t.IsWord("true") && !t.IsWord("false") && !t.IsWord("null") && !t.IsWord("nan") && !t.IsWord("infinity")
-	case t.Kind == QuotedName:
+	case QuotedName:
 		return true
 	}
 	return t.IsPunct('<') || t.IsPunct('>') || t.IsPunct(',') || t.IsPunct('.') || t.IsPunct(')')
@@ -207,11 +217,13 @@ func (l *Lexer) inBraces() bool {
 	return d >= 0 && d < 64 && l.braces&(1<<d) != 0
 }
 
-// token reads the token that starts at i, which is not white space.
-func (l *Lexer) token(i int) Token {
+// bounds reads the token that starts at i, which is not white space, and
+// returns its kind and end. It returns scalars rather than a Token, which
+// the lexer's callers would copy for every token.
+func (l *Lexer) bounds(i int) (Kind, int) {
 	src := l.src
 	if i >= len(src) {
-		return Token{Kind: EOF, Start: i, End: i}
+		return EOF, i
 	}
 	c := src[i]
 	kind, end := Punct, i+1
@@ -258,9 +270,8 @@ func (l *Lexer) token(i int) Token {
 		}
 		j := SkipSpace(src, i+1)
 		if j < len(src) && (isLetter(src[j]) || src[j] == '"') {
-			name := l.token(j)
-			if name.Kind == Word || name.Kind == QuotedName {
-				kind, end = Marker, name.End
+			if k, e := l.bounds(j); k == Word || k == QuotedName {
+				kind, end = Marker, e
 			}
 		}
 	case (c == '<' || c == '>' || c == '!') && at(src, i+1, '='):
@@ -272,7 +283,7 @@ func (l *Lexer) token(i int) Token {
 	if (kind == Blob || kind == UUID) && end < len(src) && isIdentByte(src[end]) {
 		kind = Bad
 	}
-	return Token{Kind: kind, Text: src[i:end], Start: i, End: end}
+	return kind, end
 }
 
 // MarkerName returns a named marker's name token (Word or QuotedName), for
@@ -281,7 +292,9 @@ func (l *Lexer) MarkerName(t Token) Token {
 	if t.Kind != Marker || len(t.Text) < 2 {
 		return Token{}
 	}
-	return l.token(SkipSpace(l.src, t.Start+1))
+	i := SkipSpace(l.src, t.Start+1)
+	kind, end := l.bounds(i)
+	return Token{Kind: kind, Text: l.src[i:end], Start: i, End: end}
 }
 
 // scanNumber returns the end of the integer or float at src[i], a digit or

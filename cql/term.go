@@ -87,8 +87,7 @@ func isLiteralWord(t Token) bool {
 
 // maybeExpr turns a term followed by arithmetic into TermOther.
 func (r *Recognizer) maybeExpr(t Term) (Term, bool) {
-	p := r.lex.Peek()
-	if p.IsPunct('+') || p.IsPunct('-') || p.IsPunct('*') || p.IsPunct('/') || p.IsPunct('%') {
+	if p := r.lex.Peek(); p.Kind == Punct && len(p.Text) == 1 && isOperator(p.Text[0]) {
 		r.lex.Next()
 		if _, ok := r.term(); !ok {
 			return Term{}, false
@@ -108,4 +107,9 @@ func (r *Recognizer) countMarker(t Token) Term {
 	}
 	r.marker++
 	return Term{Kind: TermPositional, Index: r.marker - 1}
+}
+
+// isOperator reports whether c is an arithmetic operator.
+func isOperator(c byte) bool {
+	return c == '+' || c == '-' || c == '*' || c == '/' || c == '%'
 }
