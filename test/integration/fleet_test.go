@@ -1,24 +1,24 @@
 package integration
 
 import (
-	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"net/http"
 	"os"
-	"slices"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
-	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/proxy"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/test/redistest"
 )
@@ -27,8 +27,8 @@ import (
 // tests: 5 times it is a load the test Cassandra takes easily.
 const fleetLimit = 100
 
-// TestFleetLimit runs three proxies in front of the real Cassandra, each
-// with gocql clients of its own, reporting to a real Redis. One partition
+// TestFleetLimit runs three cqlguard processes in front of the real
+// Cassandra, each with gocql clients of its own, reporting to a real Redis. One partition
 // is offered 5 times its write limit, split evenly over the three and then
 // 80/10/10. Coordinated, the fleet admits the limit: with token-bucket
 // every second past the first two of a split within 10%, with scylla the
@@ -38,6 +38,7 @@ const fleetLimit = 100
 func TestFleetLimit(t *testing.T) {
 	skipUnlessEnabled(t)
 	redisAddr := redistest.Start(t)
+	bin := buildCqlguard(t)
 	s := sessionThrough(t, "127.0.0.2:9042", func(*gocql.ClusterConfig) {},
 		"CREATE KEYSPACE IF NOT EXISTS cqlguard_fleet WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
 		"CREATE TABLE IF NOT EXISTS cqlguard_fleet.hot (k int, c int, PRIMARY KEY (k, c))",
@@ -60,7 +61,7 @@ func TestFleetLimit(t *testing.T) {
 			prefix := fmt.Sprintf("%s:%d:", t.Name(), time.Now().UnixNano())
 			var addrs []string
 			for range 3 {
-				addrs = append(addrs, startFleetProxy(t, tc.algorithm, tc.coordinated, redisAddr, prefix))
+				addrs = append(addrs, startFleetProxy(t, bin, tc.algorithm, tc.coordinated, redisAddr, prefix))
 			}
 			splits := [][]float64{{1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.8, 0.1, 0.1}}
 			if !tc.coordinated {
@@ -96,54 +97,118 @@ func TestFleetLimit(t *testing.T) {
 	}
 }
 
-// startFleetProxy starts a proxy limiting cqlguard_fleet.hot's writes to
-// fleetLimit per partition, coordinated through Redis at redisAddr under
-// the key prefix given or not, and waits until it knows the table.
-func startFleetProxy(t *testing.T, algorithm string, coordinated bool, redisAddr, prefix string) string {
+// buildCqlguard builds the cqlguard binary into a temporary directory.
+func buildCqlguard(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	bin := filepath.Join(t.TempDir(), "cqlguard")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/cqlguard")
+	cmd.Dir = repoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building cqlguard: %v\n%s", err, out)
 	}
-	cfg := config.Default()
-	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = ln.Addr().String(), []string{"127.0.0.2:9042"}, ""
-	cfg.Schema.Username, cfg.Schema.PasswordEnv = user, "CQLGUARD_TEST_PASSWORD"
-	os.Setenv(cfg.Schema.PasswordEnv, password)
-	cfg.Limits.Algorithm = algorithm
-	writes := config.OpsPerSecond(fleetLimit)
-	cfg.Limits.Keyspaces = map[string]config.KeyspaceLimits{
-		"cqlguard_fleet": {Tables: map[string]config.RateLimits{"hot": {MaxWritesPerSecond: &writes}}},
-	}
-	if coordinated {
-		cfg.Coordination.Addresses = []string{redisAddr}
-		cfg.Coordination.KeyPrefix = prefix
-	}
-	seen := &classLog{watched: map[string]bool{"cqlguard_fleet": true}, byTable: map[string][]observation{}}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Str("proxy", cfg.Listen).Logger()
-	p, err := proxy.New(cfg, log, prometheus.NewRegistry(), proxy.WithObserver(seen.add))
-	if err != nil {
+	return bin
+}
+
+// fleetConfig is a fleet proxy's configuration file.
+const fleetConfig = `listen: %s
+upstreams: [127.0.0.2:9042]
+admin: {listen: "%s"}
+log: {level: warn}
+schema: {username: %s, password_env: CQLGUARD_TEST_PASSWORD}
+limits:
+  algorithm: %s
+  keyspaces:
+    cqlguard_fleet:
+      tables:
+        hot: {max_writes_per_second: %d}
+`
+
+// startFleetProxy starts a cqlguard process, bin, limiting
+// cqlguard_fleet.hot's writes to fleetLimit per partition, coordinated
+// through Redis at redisAddr under the key prefix given or not, and waits
+// until it counts writes to the table.
+func startFleetProxy(t *testing.T, bin, algorithm string, coordinated bool, redisAddr, prefix string) string {
+	t.Helper()
+	ports := make([]string, 2)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().String()
 		ln.Close()
+	}
+	addr, admin := ports[0], ports[1]
+	text := fmt.Sprintf(fleetConfig, addr, admin, user, algorithm, fleetLimit)
+	if coordinated {
+		text += fmt.Sprintf("coordination: {addresses: [%s], key_prefix: %q}\n", redisAddr, prefix)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cqlguard.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	go p.Serve(ln)
+	logFile, err := os.Create(filepath.Join(dir, "cqlguard.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-config", path, "-watch-config=false")
+	cmd.Env = append(os.Environ(), "CQLGUARD_TEST_PASSWORD="+password)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("cqlguard at %s logged:\n%s", addr, b)
+		}
 	})
-	s := sessionThrough(t, cfg.Listen, func(*gocql.ClusterConfig) {})
-	defer s.Close()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if err := s.Query("INSERT INTO cqlguard_fleet.hot (k, c) VALUES (-1, 0)").Exec(); err != nil && !strings.Contains(err.Error(), "rate limit") {
-			t.Fatalf("probing cqlguard_fleet.hot: %v", err)
-		}
-		if slices.ContainsFunc(seen.take("cqlguard_fleet", "hot"), func(o observation) bool { return o.pinned }) {
-			return cfg.Listen
-		}
+	// Ready once it counts a write to the table: it has read the schema.
+	var s *gocql.Session
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("after 20 s the proxy still does not know cqlguard_fleet.hot")
+			t.Fatalf("after 30 s the cqlguard at %s still does not count writes to cqlguard_fleet.hot", addr)
+		}
+		if s == nil {
+			c := gocql.NewCluster(addr)
+			c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
+			c.NumConns = 1
+			if s, err = c.CreateSession(); err != nil {
+				s = nil
+				continue
+			}
+			defer s.Close()
+		}
+		s.Query("INSERT INTO cqlguard_fleet.hot (k, c) VALUES (-1, 0)").Exec()
+		if decisions(admin) > 0 {
+			return addr
 		}
 	}
+}
+
+// decisions is the limiter decisions the cqlguard with this admin address
+// has made, from its metrics.
+func decisions(admin string) float64 {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	n := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "cqlguard_rate_limiter_decisions_total{"); ok {
+			if _, v, ok := strings.Cut(rest, "} "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				n += f
+			}
+		}
+	}
+	return n
 }
 
 // offer writes to one partition through the proxies at addrs, rate
