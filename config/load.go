@@ -41,6 +41,30 @@ func readFile(path string) ([]byte, error) {
 // validates the result. Unknown keys are errors; errors name path and,
 // where known, the line.
 func Parse(path string, data []byte) (Config, error) {
+	cfg, err := Decode(path, data)
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, Check(&cfg, data)
+}
+
+// Read reads the file at path and decodes it as Decode does, without
+// validating it, for a caller that applies flags and the environment over
+// the file first; Check then validates. It returns the file's contents,
+// which Check needs to name lines.
+func Read(path string) (Config, []byte, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return Default(), nil, err
+	}
+	cfg, err := Decode(path, data)
+	return cfg, data, err
+}
+
+// Decode parses data, the contents of the file at path, over Default,
+// without validating the result. Unknown keys are errors naming path and
+// the line.
+func Decode(path string, data []byte) (Config, error) {
 	cfg := Default()
 	cfg.file, cfg.sum = path, sha256.Sum256(data)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -49,16 +73,26 @@ func Parse(path string, data []byte) (Config, error) {
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		return cfg, fmt.Errorf("%s", describeYAMLError(path, err))
 	}
-	if err := cfg.Validate(); err != nil {
-		var ke *keyError
-		if errors.As(err, &ke) {
-			if line := lineOf(data, ke.path); line > 0 {
-				return cfg, fmt.Errorf("%s:%d: %w", path, line, err)
-			}
-		}
-		return cfg, fmt.Errorf("%s: %w", path, err)
-	}
 	return cfg, nil
+}
+
+// Check validates cfg, decoded from data, naming its file and, where the
+// value comes from the file, the line.
+func Check(cfg *Config, data []byte) error {
+	err := cfg.Validate()
+	if err == nil {
+		return nil
+	}
+	if cfg.file == "" {
+		return err
+	}
+	var ke *keyError
+	if errors.As(err, &ke) {
+		if line := lineOf(data, ke.path); line > 0 {
+			return fmt.Errorf("%s:%d: %w", cfg.file, line, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", cfg.file, err)
 }
 
 // keyError is a Validate error about the value at a key path, so that

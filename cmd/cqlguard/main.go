@@ -9,10 +9,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -26,55 +28,211 @@ import (
 	"github.com/cqlguard/cqlguard/proxy"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "cqlguard:", err)
-		os.Exit(1)
+func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// usageError is a command line that cannot be run: exit status 2. Said
+// is set when the flag package has already said what is wrong.
+type usageError struct {
+	msg  string
+	said bool
+}
+
+func (e usageError) Error() string { return e.msg }
+
+const usage = `Usage:
+  cqlguard [serve] [flags]          run the proxy (the default)
+  cqlguard check-config [flags] FILE check a configuration file, with the
+                                    flags and environment applied over it
+  cqlguard version                  print the version and build revision
+Run "cqlguard serve -h" for the flags. The environment sets what the flags
+do, below them and over the file: CQLGUARD_CONFIG, CQLGUARD_LISTEN,
+CQLGUARD_ADVERTISE, CQLGUARD_UPSTREAMS (comma-separated), CQLGUARD_MODE,
+CQLGUARD_ADMIN_LISTEN, CQLGUARD_LOG_LEVEL, CQLGUARD_LOG_FORMAT.
+`
+
+// cli runs the command in args and returns the exit status: 0, 1 when
+// the command failed, 2 for a command line that cannot be run.
+func cli(args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = run(args)
+	case "check-config":
+		err = checkConfig(args, stdout)
+	case "version":
+		if len(args) > 0 {
+			err = usageError{msg: fmt.Sprintf("version takes no arguments, got %q", args)}
+			break
+		}
+		fmt.Fprintln(stdout, version())
+	case "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = usageError{msg: fmt.Sprintf("unknown command %q", cmd)}
+	}
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		if !ue.said {
+			fmt.Fprintf(stderr, "cqlguard: %s\n%s", ue.msg, usage)
+		}
+		return 2
+	}
+	fmt.Fprintln(stderr, "cqlguard:", err)
+	return 1
+}
+
+// version is the module's version and the revision it was built from.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "cqlguard (no build information)"
+	}
+	v := "cqlguard " + bi.Main.Version
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			v += " revision " + kv.Value
+		case "vcs.modified":
+			if kv.Value == "true" {
+				v += " (modified)"
+			}
+		}
+	}
+	return v + " " + bi.GoVersion
+}
+
+// configFlags are the flags that set the configuration, over the file
+// and the environment.
+type configFlags struct {
+	config, listen, advertise, upstreams, mode, admin, logFormat, logLevel *string
+}
+
+func addConfigFlags(fs *flag.FlagSet) configFlags {
+	return configFlags{
+		config:    fs.String("config", "", "YAML configuration file (see config.example.yaml); env CQLGUARD_CONFIG"),
+		listen:    fs.String("listen", "", "address drivers connect to (overrides listen); env CQLGUARD_LISTEN"),
+		advertise: fs.String("advertise", "", "address reported to drivers as the proxy's own (overrides advertise); env CQLGUARD_ADVERTISE"),
+		upstreams: fs.String("upstream", "", "comma-separated upstream nodes host:port (overrides upstreams); env CQLGUARD_UPSTREAMS"),
+		mode:      fs.String("mode", "", "cluster or node (overrides mode); env CQLGUARD_MODE"),
+		admin:     fs.String("admin", "", "admin listener for /metrics, /healthz, /readyz (overrides admin.listen); env CQLGUARD_ADMIN_LISTEN"),
+		logFormat: fs.String("log-format", "", "json or console (overrides log.format); env CQLGUARD_LOG_FORMAT"),
+		logLevel:  fs.String("log-level", "", "debug, info, warn or error (overrides log.level); env CQLGUARD_LOG_LEVEL"),
 	}
 }
 
+// resolve reads the configuration file, if any, applies the environment
+// and then the flags over it, and checks the result: flags and the
+// environment can mend a file that does not pass its checks alone.
+func (f configFlags) resolve(path string) (config.Config, error) {
+	cfg, data := config.Default(), []byte(nil)
+	if path != "" {
+		var err error
+		if cfg, data, err = config.Read(path); err != nil {
+			return cfg, err
+		}
+	}
+	set := func(dst *string, env, flag string) {
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			*dst = v
+		}
+		if flag != "" {
+			*dst = flag
+		}
+	}
+	set(&cfg.Listen, "CQLGUARD_LISTEN", *f.listen)
+	set(&cfg.Advertise, "CQLGUARD_ADVERTISE", *f.advertise)
+	set(&cfg.Mode, "CQLGUARD_MODE", *f.mode)
+	set(&cfg.Admin.Listen, "CQLGUARD_ADMIN_LISTEN", *f.admin)
+	set(&cfg.Log.Format, "CQLGUARD_LOG_FORMAT", *f.logFormat)
+	set(&cfg.Log.Level, "CQLGUARD_LOG_LEVEL", *f.logLevel)
+	upstreams := ""
+	set(&upstreams, "CQLGUARD_UPSTREAMS", *f.upstreams)
+	if upstreams != "" {
+		cfg.Upstreams = strings.Split(upstreams, ",")
+	}
+	if err := config.Check(&cfg, data); err != nil {
+		if path == "" {
+			return cfg, fmt.Errorf("configuration: %w", err)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// configPath is the -config flag, or else CQLGUARD_CONFIG.
+func (f configFlags) configPath() string {
+	if *f.config != "" {
+		return *f.config
+	}
+	return os.Getenv("CQLGUARD_CONFIG")
+}
+
+// parseFlags parses args into fs; a flag it does not know is a usage
+// error, which fs has already printed with its flags.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{msg: err.Error(), said: true}
+	}
+	return nil
+}
+
+// checkConfig checks a configuration file with the flags and environment
+// applied over it, and says so on stdout.
+func checkConfig(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("cqlguard check-config", flag.ContinueOnError)
+	flags := addConfigFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	path := flags.configPath()
+	switch {
+	case fs.NArg() == 1 && path == "":
+		path = fs.Arg(0)
+	case fs.NArg() != 0 || path == "":
+		return usageError{msg: "check-config takes one FILE"}
+	}
+	cfg, err := flags.resolve(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok (listen %s, upstreams %s, mode %s)\n", path, cfg.Listen, strings.Join(cfg.Upstreams, ","), cfg.Mode)
+	return nil
+}
+
 func run(args []string) error {
-	fs := flag.NewFlagSet("cqlguard", flag.ContinueOnError)
-	configPath := fs.String("config", "", "YAML configuration file (see config.example.yaml)")
-	listen := fs.String("listen", "", "address drivers connect to (overrides listen)")
-	advertise := fs.String("advertise", "", "address reported to drivers as the proxy's own (overrides advertise)")
-	upstreams := fs.String("upstream", "", "comma-separated upstream nodes host:port (overrides upstreams)")
-	mode := fs.String("mode", "", "cluster or node (overrides mode)")
-	admin := fs.String("admin", "", "admin listener for /metrics, /healthz, /readyz (overrides admin.listen)")
-	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
-	logLevel := fs.String("log-level", "", "debug, info, warn or error (overrides log.level)")
+	fs := flag.NewFlagSet("cqlguard serve", flag.ContinueOnError)
+	flags := addConfigFlags(fs)
 	watch := fs.Bool("watch-config", true, "reload the -config file when its contents change")
 	watchEvery := fs.Duration("watch-interval", config.DefaultWatchInterval, "how often -watch-config looks at the file")
-	if err := fs.Parse(args); err != nil {
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if *showVersion {
+		fmt.Println(version())
+		return nil
 	}
 	if *watchEvery <= 0 {
 		return fmt.Errorf("-watch-interval %v: must be positive", *watchEvery)
 	}
-
-	cfg := config.Default()
-	if *configPath != "" {
-		var err error
-		if cfg, err = config.Load(*configPath); err != nil {
-			return err
-		}
-	}
-	override := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	override(&cfg.Listen, *listen)
-	override(&cfg.Advertise, *advertise)
-	override(&cfg.Mode, *mode)
-	override(&cfg.Admin.Listen, *admin)
-	override(&cfg.Log.Format, *logFormat)
-	override(&cfg.Log.Level, *logLevel)
-	if *upstreams != "" {
-		cfg.Upstreams = strings.Split(*upstreams, ",")
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("configuration: %w", err)
+	path := flags.configPath()
+	configPath := &path
+	cfg, err := flags.resolve(path)
+	if err != nil {
+		return err
 	}
 
 	log, err := newLogger(cfg.Log)

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLI runs the built binary as an operator would: version, help,
+// check-config on good, bad and mended files, and command lines that
+// cannot be run, each with its exit status and what it prints.
+func TestCLI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "cqlguard")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", "listen: 127.0.0.1:19042\nupstreams: [127.0.0.2:9042]\n")
+	bad := write("bad.yaml", "listen: 127.0.0.1:19042\nupstrems: [x:1]\n")
+	mendable := write("mendable.yaml", "upstreams: [no-port]\n")
+	tests := []struct {
+		name           string
+		args, env      []string
+		status         int
+		stdout, stderr string // substrings
+	}{
+		{name: "version", args: []string{"version"}, stdout: "cqlguard "},
+		{name: "-version", args: []string{"-version"}, stdout: "cqlguard "},
+		{name: "-h", args: []string{"-h"}, stderr: "-upstream"},
+		{name: "help", args: []string{"help"}, stdout: "check-config"},
+		{name: "good file", args: []string{"check-config", good}, stdout: "good.yaml: ok"},
+		{name: "bad file", args: []string{"check-config", bad}, status: 1, stderr: `bad.yaml:2: unknown key "upstrems"`},
+		{name: "missing file", args: []string{"check-config", filepath.Join(dir, "none.yaml")}, status: 1, stderr: "none.yaml"},
+		{name: "a flag mends the file", args: []string{"check-config", "-upstream", "127.0.0.3:9042", mendable}, stdout: "upstreams 127.0.0.3:9042"},
+		{name: "the environment mends the file", args: []string{"check-config", mendable}, env: []string{"CQLGUARD_UPSTREAMS=127.0.0.4:9042"}, stdout: "upstreams 127.0.0.4:9042"},
+		{name: "a flag over the environment", args: []string{"check-config", "-upstream", "127.0.0.3:9042", mendable}, env: []string{"CQLGUARD_UPSTREAMS=127.0.0.4:9042"}, stdout: "upstreams 127.0.0.3:9042"},
+		{name: "not mended", args: []string{"check-config", mendable}, status: 1, stderr: `mendable.yaml: upstreams: "no-port"`},
+		{name: "check-config without a file", args: []string{"check-config"}, status: 2, stderr: "check-config takes one FILE"},
+		{name: "check-config with two", args: []string{"check-config", good, bad}, status: 2, stderr: "check-config takes one FILE"},
+		{name: "a stray word", args: []string{"check-configs", good}, status: 2, stderr: `unknown command "check-configs"`},
+		{name: "a stray argument to serve", args: []string{"-listen", "127.0.0.1:0", "x.yaml"}, status: 2, stderr: `unexpected argument "x.yaml"`},
+		{name: "version with arguments", args: []string{"version", "x"}, status: 2, stderr: "version takes no arguments"},
+		{name: "an unknown flag", args: []string{"-nope"}, status: 2, stderr: "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(bin, tt.args...)
+			cmd.Env = append(os.Environ(), tt.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			status := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				status = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if status != tt.status || !strings.Contains(stdout.String(), tt.stdout) || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Errorf("cqlguard %q: status %d, stdout %q, stderr %q; want %d, %q, %q",
+					tt.args, status, stdout.String(), stderr.String(), tt.status, tt.stdout, tt.stderr)
+			}
+		})
+	}
+}
