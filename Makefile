@@ -18,9 +18,10 @@ build:
 demo:
 	bash test/demo.sh
 
-# test runs everything CI runs: lint, unit and race tests, a bounded fuzz run
-# of every fuzz target, and the integration tests against a real Cassandra
-# with gocql, the Python and the Node drivers.
+# test runs everything CI runs: lint, unit and race tests (with a Redis it
+# installs), a bounded fuzz run of every fuzz target, and the integration
+# tests against a real Cassandra with gocql and the Python, Node, Java and
+# Rust drivers, and three cqlguard processes coordinated through Redis.
 test: lint unit fuzz integration
 
 $(STATICCHECK):
