@@ -40,6 +40,13 @@ func (l *logLines) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+// String is the whole log so far.
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // of returns the lines logged for the connection from client.
 func (l *logLines) of(t *testing.T, client string) []map[string]any {
 	t.Helper()

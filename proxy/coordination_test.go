@@ -54,7 +54,7 @@ func TestCoordinationFaults(t *testing.T) {
 			t.Parallel()
 			redisAddr, user, password, breakIt, mend := f.start(t)
 			node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-			var log syncBuffer
+			var log logLines
 			reg := prometheus.NewRegistry()
 			cfg := config.Default()
 			cfg.Admin.Listen, cfg.Listen, cfg.Upstreams = "", "127.0.0.1:0", []string{node.Addr()}
@@ -172,24 +172,6 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// syncBuffer is a log that tests read while the proxy writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // slowRelay forwards TCP to a Redis, holding what Redis answers for a delay
 // that the test sets.
 type slowRelay struct {
@@ -273,7 +255,7 @@ func TestCoordinationSecured(t *testing.T) {
 			cfg.Admin.Listen, cfg.Upstreams = "", []string{"127.0.0.1:1"}
 			cfg.Coordination.SyncInterval = config.Duration(50 * time.Millisecond)
 			tc.edit(t, &cfg.Coordination)
-			var log syncBuffer
+			var log logLines
 			p, err := New(cfg, zerolog.New(&log), reg, WithSchema(staticSchema{testSnapshot(t)}))
 			if err != nil {
 				t.Fatal(err)

@@ -205,3 +205,28 @@ func TestFleetShareExpires(t *testing.T) {
 		t.Errorf("%d of 100 admitted, want all: the share came back", admits)
 	}
 }
+
+// TestFleetColdKeysRarelyTracked: a stream of partitions seen once each
+// takes about one place in eight, while a partition seen again and again is
+// tracked within a few operations.
+func TestFleetColdKeysRarelyTracked(t *testing.T) {
+	t.Parallel()
+	f := NewFleet(1 << 14)
+	now := int64(1_900_000_000) * 1e9
+	for tok := range int64(8000) {
+		now += 1 << 10 // a microsecond or so between operations
+		f.Admit(now, tok, 1, 10)
+	}
+	cold := len(f.Collect(nil, now, minHits(1), 1<<14))
+	if cold < 800 || cold > 1200 {
+		t.Errorf("%d of 8000 cold partitions tracked, want about 1000", cold)
+	}
+	ops := 0
+	for ; ops < 64 && len(f.Collect(nil, now, minHits(1), 1)) == 0; ops++ {
+		now += 1 << 10
+		f.Admit(now, 1<<40, 1, 10)
+	}
+	if ops > 16 {
+		t.Errorf("a hot partition tracked after %d operations, want a few", ops)
+	}
+}

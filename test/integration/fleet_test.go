@@ -123,11 +123,15 @@ limits:
         hot: {max_writes_per_second: %d}
 `
 
-// startFleetProxy starts a cqlguard process, bin, limiting
-// cqlguard_fleet.hot's writes to fleetLimit per partition, coordinated
-// through Redis at redisAddr under the key prefix given or not, and waits
-// until it counts writes to the table.
-func startFleetProxy(t *testing.T, bin, algorithm string, coordinated bool, redisAddr, prefix string) string {
+// cqlguardProcess is a cqlguard process a test started.
+type cqlguardProcess struct {
+	addr, admin string
+	stop        func() // ends it, once; the test's cleanup does too
+}
+
+// startCqlguard starts bin on free ports with the configuration text
+// gives for them, logging to a file it shows when the test fails.
+func startCqlguard(t *testing.T, bin string, text func(addr, admin string) string) cqlguardProcess {
 	t.Helper()
 	ports := make([]string, 2)
 	for i := range ports {
@@ -138,14 +142,10 @@ func startFleetProxy(t *testing.T, bin, algorithm string, coordinated bool, redi
 		ports[i] = ln.Addr().String()
 		ln.Close()
 	}
-	addr, admin := ports[0], ports[1]
-	text := fmt.Sprintf(fleetConfig, addr, admin, user, algorithm, fleetLimit)
-	if coordinated {
-		text += fmt.Sprintf("coordination: {addresses: [%s], key_prefix: %q}\n", redisAddr, prefix)
-	}
+	p := cqlguardProcess{addr: ports[0], admin: ports[1]}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "cqlguard.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(text(p.addr, p.admin)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logFile, err := os.Create(filepath.Join(dir, "cqlguard.log"))
@@ -158,15 +158,36 @@ func startFleetProxy(t *testing.T, bin, algorithm string, coordinated bool, redi
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("cqlguard at %s logged:\n%s", addr, b)
+	var once sync.Once
+	p.stop = func() {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+			logFile.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logFile.Name())
+				t.Logf("cqlguard at %s logged:\n%s", p.addr, b)
+			}
+		})
+	}
+	t.Cleanup(p.stop)
+	return p
+}
+
+// startFleetProxy starts a cqlguard process, bin, limiting
+// cqlguard_fleet.hot's writes to fleetLimit per partition, coordinated
+// through Redis at redisAddr under the key prefix given or not, and waits
+// until it counts writes to the table.
+func startFleetProxy(t *testing.T, bin, algorithm string, coordinated bool, redisAddr, prefix string) string {
+	t.Helper()
+	p := startCqlguard(t, bin, func(addr, admin string) string {
+		text := fmt.Sprintf(fleetConfig, addr, admin, user, algorithm, fleetLimit)
+		if coordinated {
+			text += fmt.Sprintf("coordination: {addresses: [%s], key_prefix: %q}\n", redisAddr, prefix)
 		}
+		return text
 	})
+	addr, admin := p.addr, p.admin
 	// Ready once it counts a write to the table: it has read the schema.
 	var s *gocql.Session
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -177,6 +198,7 @@ func startFleetProxy(t *testing.T, bin, algorithm string, coordinated bool, redi
 			c := gocql.NewCluster(addr)
 			c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
 			c.NumConns = 1
+			var err error
 			if s, err = c.CreateSession(); err != nil {
 				s = nil
 				continue

@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,11 +51,13 @@ func TestScaleOut(t *testing.T) {
 				for _, vl := range []float64{0.5, 2, 10} {
 					prefix := fmt.Sprintf("scaleout:%d:", time.Now().UnixNano())
 					var specs []load.Spec
+					var procs []cqlguardProcess
 					for i := range n {
-						addr := startScaleOutProxy(t, bin, node.Addr(), alg, limit, redisAddr, prefix)
+						p := startScaleOutProxy(t, bin, node.Addr(), alg, limit, redisAddr, prefix)
+						procs = append(procs, p)
 						spec := load.DefaultSpec()
 						spec.Name = fmt.Sprintf("proxy%d", i)
-						spec.Addr, spec.Conns, spec.Concurrency = addr, 1, 16
+						spec.Addr, spec.Conns, spec.Concurrency = p.addr, 1, 16
 						spec.Rate = vl * limit * split[i]
 						spec.Dist, spec.HotKeys, spec.HotFraction, spec.OptIn = load.Hot, 1, 1, true
 						specs = append(specs, spec)
@@ -93,32 +91,23 @@ func TestScaleOut(t *testing.T) {
 						}
 					}
 					t.Logf("| %s | %d | %s | %g | %.0f | %+.1f%% | %+.1f%% | %d |", alg, n, name, vl, mean, 100*(mean-want)/want, 100*worst, hold)
-					stopScaleOutProxies(t)
+					for _, p := range procs {
+						p.stop()
+					}
 				}
 			}
 		}
 	}
 }
 
-// scaleOutProxies are the cqlguard processes of the run under way.
-var scaleOutProxies []*exec.Cmd
-
 // startScaleOutProxy starts a cqlguard process, bin, in front of upstream,
 // limiting bench.kv's reads to limit per partition with algorithm,
 // coordinated through Redis at redisAddr under prefix, and waits until it
 // is ready.
-func startScaleOutProxy(t *testing.T, bin, upstream, algorithm string, limit int, redisAddr, prefix string) string {
+func startScaleOutProxy(t *testing.T, bin, upstream, algorithm string, limit int, redisAddr, prefix string) cqlguardProcess {
 	t.Helper()
-	ports := make([]string, 2)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().String()
-		ln.Close()
-	}
-	text := fmt.Sprintf(`listen: %s
+	p := startCqlguard(t, bin, func(addr, admin string) string {
+		return fmt.Sprintf(`listen: %s
 upstreams: [%s]
 admin: {listen: "%s"}
 log: {level: warn}
@@ -126,43 +115,17 @@ limits:
   algorithm: %s
   keyspaces: {bench: {tables: {kv: {max_reads_per_second: %d}}}}
 coordination: {addresses: [%s], key_prefix: %q}
-`, ports[0], upstream, ports[1], algorithm, limit, redisAddr, prefix)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "cqlguard.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-config", path, "-watch-config=false")
-	log, err := os.Create(filepath.Join(dir, "cqlguard.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	scaleOutProxies = append(scaleOutProxies, cmd)
-	t.Cleanup(func() { stopScaleOutProxies(t) })
+`, addr, upstream, admin, algorithm, limit, redisAddr, prefix)
+	})
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get("http://" + ports[1] + "/readyz"); err == nil {
+		if resp, err := http.Get("http://" + p.admin + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return ports[0]
+				return p
 			}
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(log.Name())
-			t.Fatalf("cqlguard at %s not ready after 20 s:\n%s", ports[0], b)
+			t.Fatalf("cqlguard at %s not ready after 20 s", p.addr)
 		}
 	}
-}
-
-// stopScaleOutProxies ends the run's cqlguard processes.
-func stopScaleOutProxies(t *testing.T) {
-	for _, c := range scaleOutProxies {
-		c.Process.Signal(syscall.SIGTERM)
-		c.Wait()
-	}
-	scaleOutProxies = nil
 }
