@@ -6,8 +6,15 @@ package cql
 
 // skipUntilWord skips to the keyword w at parenthesis depth 0, counting
 // markers, and consumes it.
-func (r *Recognizer) skipUntilWord(w string) bool {
-	depth := 0
+func (r *Recognizer) skipUntilWord(w string) bool { return r.skip(0, w) }
+
+// skipBalanced skips to the parenthesis closing one already consumed.
+func (r *Recognizer) skipBalanced() bool { return r.skip(1, "") }
+
+// skip reads tokens from bracket depth depth, counting markers, to the
+// keyword w at depth 0, or with w empty to the bracket that brings the
+// depth to 0, and consumes it; false at the end of the text.
+func (r *Recognizer) skip(depth int, w string) bool {
 	for {
 		t := r.lex.Next()
 		switch {
@@ -19,29 +26,13 @@ func (r *Recognizer) skipUntilWord(w string) bool {
 			depth++
 		case t.IsPunct(')') || t.IsPunct(']') || t.IsPunct('}'):
 			depth--
-		case depth == 0 && t.IsWord(w):
+			if w == "" && depth == 0 {
+				return true
+			}
+		case w != "" && depth == 0 && t.IsWord(w):
 			return true
 		}
 	}
-}
-
-// skipBalanced skips to the parenthesis closing one already consumed.
-func (r *Recognizer) skipBalanced() bool {
-	depth := 1
-	for depth > 0 {
-		t := r.lex.Next()
-		switch {
-		case t.Kind == EOF:
-			return false
-		case t.Kind == Marker:
-			r.countMarker(t)
-		case t.IsPunct('(') || t.IsPunct('[') || t.IsPunct('{'):
-			depth++
-		case t.IsPunct(')') || t.IsPunct(']') || t.IsPunct('}'):
-			depth--
-		}
-	}
-	return true
 }
 
 // skipUsing skips USING TTL x AND TIMESTAMP y, counting markers.

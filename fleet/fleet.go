@@ -40,12 +40,6 @@ import (
 	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
-// Fallbacks, as in the configuration.
-const (
-	FallbackLocal = "local"
-	FallbackShare = "share"
-)
-
 // Config configures a Reporter.
 type Config struct {
 	// Client is the Redis client, standalone or cluster; the Reporter
@@ -55,8 +49,9 @@ type Config struct {
 	KeyPrefix string
 	// Interval is the time between reports.
 	Interval time.Duration
-	// Fallback is FallbackLocal or FallbackShare.
-	Fallback string
+	// Share divides the local limits by the proxies last seen while Redis
+	// cannot be reached; without it each proxy applies them whole.
+	Share bool
 	// MaxPartitions bounds the partitions a report carries.
 	MaxPartitions int
 	// Now is the clock, time.Now if nil; its Unix nanoseconds must be the
@@ -132,11 +127,11 @@ func (r *Reporter) Report(ctx context.Context) {
 	if err != nil {
 		r.m.failures.Inc()
 		if r.up {
-			r.log.Warn().Err(err).Str("fallback", r.cfg.Fallback).Msg("coordination lost: limits are local until Redis answers")
+			r.log.Warn().Err(err).Bool("share", r.cfg.Share).Msg("coordination lost: limits are local until Redis answers")
 		}
 		r.up = false
 		r.m.up.Set(0)
-		if r.cfg.Fallback == FallbackShare {
+		if r.cfg.Share {
 			r.fleet.SetDivisor(uint32(r.proxies))
 		}
 		return

@@ -59,7 +59,7 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 		}
 		p := simProxy{lim: lim, fleet: ratelimit.NewFleet(1024), m: NewMetrics(nil)}
 		if s.coordinated {
-			p.rep = New(Config{Client: client(), KeyPrefix: prefix, Interval: 100 * time.Millisecond, Fallback: FallbackLocal, Now: clock}, p.fleet, zerolog.Nop(), p.m)
+			p.rep = New(Config{Client: client(), KeyPrefix: prefix, Interval: 100 * time.Millisecond, Now: clock}, p.fleet, zerolog.Nop(), p.m)
 			t.Cleanup(func() { p.rep.cfg.Client.Close() })
 		}
 		proxies[i] = p
@@ -161,7 +161,7 @@ func TestReporterFallback(t *testing.T) {
 	f := ratelimit.NewFleet(64)
 	m := NewMetrics(prometheus.NewRegistry())
 	r := New(Config{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond}),
-		KeyPrefix: "test:fallback:", Interval: 100 * time.Millisecond, Fallback: FallbackShare}, f,
+		KeyPrefix: "test:fallback:", Interval: 100 * time.Millisecond, Share: true}, f,
 		zerolog.New(&log), m)
 	defer r.cfg.Client.Close()
 	ctx := context.Background()

@@ -80,7 +80,7 @@ func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
 		Client:        client,
 		KeyPrefix:     cfg.KeyPrefix,
 		Interval:      time.Duration(cfg.SyncInterval),
-		Fallback:      cfg.Fallback,
+		Share:         cfg.Fallback == config.FallbackShare,
 		MaxPartitions: cfg.MaxPartitionsPerReport,
 		Now:           func() time.Time { return time.Unix(0, p.clock()) },
 	}, f, p.log.With().Str("component", "coordination").Logger(), c.metrics)
