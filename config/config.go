@@ -53,7 +53,7 @@ type Config struct {
 	Peers map[string]string `yaml:"peers"`
 	// MaxFrameBytes is the largest frame body accepted in either direction;
 	// larger frames are answered with a protocol error without being buffered.
-	MaxFrameBytes int `yaml:"max_frame_bytes"`
+	MaxFrameBytes ByteSize `yaml:"max_frame_bytes"`
 	// MaxFrameBytesTotal bounds the bytes of frames over 64 KiB being read
 	// or handled at once over all connections, requests and answers each:
 	// each connection holds at most one frame per direction, but thousands
@@ -70,7 +70,7 @@ type Config struct {
 	// past it the proxy stops reading the other side (back-pressure). A
 	// socket can hold up to twice this: one batch being written while the
 	// next is queued.
-	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
+	MaxBufferedBytes ByteSize `yaml:"max_buffered_bytes"`
 	// MaxBufferedBytesTotal bounds the bytes queued or being written over
 	// all sockets together: without it, an upstream that stops reading (as
 	// Cassandra does when its native_transport_max_request_data_in_flight is
@@ -167,7 +167,7 @@ var byteUnits = map[string]int64{
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := parseByteSize(n.Value)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("line %d: %q is not a size in bytes (say 4MiB, 64MB or 1048576)", n.Line, n.Value)
+		return valueError(n, fmt.Sprintf("%q is not a size in bytes (say 4MiB, 64MB or 1048576)", n.Value))
 	}
 	*b = ByteSize(v)
 	return nil
@@ -291,7 +291,7 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (say 5s or 250ms)", n.Line, n.Value)
+		return valueError(n, fmt.Sprintf("%q is not a duration (say 5s or 250ms)", n.Value))
 	}
 	*d = Duration(v)
 	return nil
@@ -351,111 +351,130 @@ func (c *Config) AdvertiseAddr() string {
 	return c.Listen
 }
 
-// Validate checks the configuration for values that cannot work.
+// Validate checks the configuration for values that cannot work, and
+// reports every problem it finds, joined, each naming its key.
 func (c *Config) Validate() error {
 	if c == nil {
 		return errors.New("no configuration")
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("listen %q: %w", c.Listen, err)
+	var ps problems
+	_, _, listenErr := net.SplitHostPort(c.Listen)
+	if listenErr != nil {
+		ps.add(fmt.Errorf("%q: %w", c.Listen, listenErr), "listen")
 	}
-	host, _, err := net.SplitHostPort(c.AdvertiseAddr())
-	if err != nil {
-		return fmt.Errorf("advertise %q: %w", c.AdvertiseAddr(), err)
-	}
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		return fmt.Errorf("advertise %q: must be one IP address, the one drivers dial (set advertise when listen names none)", c.AdvertiseAddr())
+	if host, _, err := net.SplitHostPort(c.AdvertiseAddr()); err != nil {
+		// Without advertise, listen's problem is already said.
+		if c.Advertise != "" {
+			ps.add(fmt.Errorf("%q: %w", c.AdvertiseAddr(), err), "advertise")
+		}
+	} else if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		ps.add(fmt.Errorf("%q must be one IP address, the one drivers dial (set advertise when listen names none)", c.AdvertiseAddr()), "advertise")
 	}
 	switch c.Mode {
 	case ModeCluster:
+		if len(c.Peers) > 0 {
+			ps.add(errors.New("only used in mode node"), "peers")
+		}
 	case ModeNode:
 		if len(c.Upstreams) != 1 {
-			return fmt.Errorf("mode node: exactly one upstream, got %d", len(c.Upstreams))
+			ps.add(fmt.Errorf("mode node takes exactly one upstream, got %d", len(c.Upstreams)), "upstreams")
 		}
 		for peer, addr := range c.Peers {
 			if net.ParseIP(peer) == nil {
-				return fmt.Errorf("peers: key %q is not an IP address", peer)
+				ps.add(fmt.Errorf("key %q is not an IP address", peer), "peers")
 			}
 			h, _, err := net.SplitHostPort(addr)
 			if err != nil || net.ParseIP(h) == nil {
-				return fmt.Errorf("peers: %q: want ip:port of the proxy in front of %s", addr, peer)
+				ps.add(fmt.Errorf("%q: want ip:port of the proxy in front of %s", addr, peer), "peers")
 			}
 		}
 	default:
-		return fmt.Errorf("mode: %q is neither %q nor %q", c.Mode, ModeCluster, ModeNode)
-	}
-	if c.Mode == ModeCluster && len(c.Peers) > 0 {
-		return errors.New("peers: only used in mode node")
+		ps.add(fmt.Errorf("%q is neither %q nor %q", c.Mode, ModeCluster, ModeNode), "mode")
 	}
 	if len(c.Upstreams) == 0 {
-		return errors.New("upstreams: at least one is needed")
+		ps.add(errors.New("at least one is needed"), "upstreams")
 	}
 	for _, u := range c.Upstreams {
 		if _, _, err := net.SplitHostPort(u); err != nil {
-			return fmt.Errorf("upstreams: %q: %w", u, err)
+			ps.add(fmt.Errorf("%q: %w", u, err), "upstreams")
 		}
 	}
 	if c.MaxFrameBytes < 1<<10 || c.MaxFrameBytes > 256<<20 {
-		return fmt.Errorf("max_frame_bytes: %d is outside 1 KiB to 256 MiB", c.MaxFrameBytes)
+		ps.add(fmt.Errorf("%d bytes is outside 1 KiB to 256 MiB", c.MaxFrameBytes), "max_frame_bytes")
 	}
-	if c.MaxBufferedBytes < 64<<10 {
-		return fmt.Errorf("max_buffered_bytes: %d is under 64 KiB", c.MaxBufferedBytes)
+	if c.MaxBufferedBytes < 64<<10 || c.MaxBufferedBytes > 1<<30 {
+		ps.add(fmt.Errorf("%d bytes is outside 64 KiB to 1 GiB", c.MaxBufferedBytes), "max_buffered_bytes")
 	}
 	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
-		return errors.New("admin: set token_file or token_env, not both")
+		ps.add(errors.New("set token_file or token_env, not both"), "admin")
 	}
 	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
-		return fmt.Errorf("admin.hot_partitions: %d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions)
+		ps.add(fmt.Errorf("%d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions), "admin", "hot_partitions")
 	}
-	if err := c.TLS.validate(); err != nil {
-		return err
-	}
-	if err := c.UpstreamTLS.validate(); err != nil {
-		return err
-	}
+	c.TLS.validate(&ps)
+	c.UpstreamTLS.validate(&ps)
 	if c.MaxInFlightPerConnection < 0 {
-		return fmt.Errorf("max_in_flight_per_connection: %d must not be negative", c.MaxInFlightPerConnection)
+		ps.add(fmt.Errorf("%d must not be negative", c.MaxInFlightPerConnection), "max_in_flight_per_connection")
 	}
 	if c.MaxInFlight < 0 {
-		return fmt.Errorf("max_in_flight: %d must not be negative", c.MaxInFlight)
+		ps.add(fmt.Errorf("%d must not be negative", c.MaxInFlight), "max_in_flight")
 	}
 	if c.MaxFrameBytesTotal < 0 {
-		return fmt.Errorf("max_frame_bytes_total: %d must not be negative", c.MaxFrameBytesTotal)
+		ps.add(fmt.Errorf("%d must not be negative", c.MaxFrameBytesTotal), "max_frame_bytes_total")
 	}
 	if c.MaxBufferedBytesTotal != 0 && c.MaxBufferedBytesTotal < 64<<10 {
-		return fmt.Errorf("max_buffered_bytes_total: %d is under 64 KiB (0 means no bound)", c.MaxBufferedBytesTotal)
+		ps.add(fmt.Errorf("%d bytes is under 64 KiB (0 means no bound)", c.MaxBufferedBytesTotal), "max_buffered_bytes_total")
 	}
 	if c.UpstreamTimeout < 0 {
-		return fmt.Errorf("upstream_timeout: %s must not be negative (0 means wait for ever)", time.Duration(c.UpstreamTimeout))
+		ps.add(fmt.Errorf("%s must not be negative (0 means wait for ever)", time.Duration(c.UpstreamTimeout)), "upstream_timeout")
 	}
 	if c.MaxConnections < 0 {
-		return fmt.Errorf("max_connections: %d must not be negative", c.MaxConnections)
+		ps.add(fmt.Errorf("%d must not be negative", c.MaxConnections), "max_connections")
 	}
 	if c.FrameTimeout <= 0 {
-		return fmt.Errorf("frame_timeout: %s must be positive", time.Duration(c.FrameTimeout))
+		ps.add(fmt.Errorf("%s must be positive", time.Duration(c.FrameTimeout)), "frame_timeout")
 	}
 	if c.MaxPreparedBytes < 0 {
-		return fmt.Errorf("max_prepared_bytes: %d must not be negative", c.MaxPreparedBytes)
+		ps.add(fmt.Errorf("%d must not be negative", c.MaxPreparedBytes), "max_prepared_bytes")
 	}
 	if c.MaxPreparedStatements < 1 {
-		return fmt.Errorf("max_prepared_statements: %d must be positive", c.MaxPreparedStatements)
+		ps.add(fmt.Errorf("%d must be positive", c.MaxPreparedStatements), "max_prepared_statements")
 	}
-	if c.DialTimeout <= 0 || c.DrainTimeout < 0 {
-		return errors.New("dial_timeout must be positive and drain_timeout not negative")
+	if c.DialTimeout <= 0 {
+		ps.add(fmt.Errorf("%s must be positive", time.Duration(c.DialTimeout)), "dial_timeout")
+	}
+	if c.DrainTimeout < 0 {
+		ps.add(fmt.Errorf("%s must not be negative", time.Duration(c.DrainTimeout)), "drain_timeout")
 	}
 	if c.Schema.PasswordFile != "" && c.Schema.PasswordEnv != "" {
-		return errors.New("schema: password_file and password_env are exclusive")
+		ps.add(errors.New("password_file and password_env are exclusive"), "schema")
 	}
 	if c.Schema.Refresh < 0 {
-		return errors.New("schema.refresh must not be negative")
+		ps.add(fmt.Errorf("%s must not be negative", time.Duration(c.Schema.Refresh)), "schema", "refresh")
+	}
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		ps.add(fmt.Errorf("%q is none of trace, debug, info, warn, error", c.Log.Level), "log", "level")
 	}
 	switch c.Log.Format {
 	case "json", "console":
 	default:
-		return fmt.Errorf("log.format: %q is neither json nor console", c.Log.Format)
+		ps.add(fmt.Errorf("%q is neither json nor console", c.Log.Format), "log", "format")
 	}
-	if err := c.Coordination.validate(); err != nil {
-		return err
-	}
-	return c.Limits.Validate()
+	c.Coordination.validate(&ps)
+	c.Limits.validate(&ps)
+	return ps.err()
 }
+
+// problems collects what Validate finds, so that an operator sees every
+// mistake of a file at once instead of one per attempt.
+type problems []error
+
+// add records err as a problem with the value at the key path.
+func (ps *problems) add(err error, path ...string) {
+	*ps = append(*ps, &keyError{path: path, err: err})
+}
+
+// err returns the problems joined, or nil when there are none.
+func (ps problems) err() error { return errors.Join(ps...) }

@@ -193,3 +193,30 @@ func TestSchemaPassword(t *testing.T) {
 		})
 	}
 }
+
+// TestParseReportsEveryProblem checks that one attempt shows every mistake
+// of a file, each with its line: values of the wrong type, unknown keys
+// and failed checks together.
+func TestParseReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	text := "listen: nowhere\nmode: mesh\nframe_timeout: soon\nlimits:\n  burst: 0\n  keyspaces:\n    app:\n      tables:\n        t:\n          max_reads_per_second: -1\n          max_writes: 3\n"
+	_, err := Parse("cqlguard.yaml", []byte(text))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`cqlguard.yaml:1: listen: "nowhere"`,
+		`cqlguard.yaml:2: mode: "mesh"`,
+		`cqlguard.yaml:3: "soon" is not a duration`,
+		`cqlguard.yaml:5: limits.burst: 0`,
+		`cqlguard.yaml:10: "-1" is not a whole number`,
+		`cqlguard.yaml:11: unknown key "max_writes"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not hold %q", err, want)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != 6 {
+		t.Errorf("%d lines, want 6:\n%s", n, err)
+	}
+}

@@ -99,39 +99,39 @@ func defaultCoordination() CoordinationConfig {
 	}
 }
 
-func (c CoordinationConfig) validate() error {
+func (c CoordinationConfig) validate(ps *problems) {
+	bad := func(err error, path ...string) { ps.add(err, append([]string{"coordination"}, path...)...) }
 	for _, a := range c.Addresses {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return fmt.Errorf("coordination.addresses: %q: %w", a, err)
+			bad(fmt.Errorf("%q: %w", a, err), "addresses")
 		}
 	}
 	if len(c.Addresses) > 1 && !c.Cluster {
-		return fmt.Errorf("coordination.addresses: %d addresses name a Redis Cluster's seeds: set cluster: true, or give one", len(c.Addresses))
+		bad(fmt.Errorf("%d addresses name a Redis Cluster's seeds: set cluster: true, or give one", len(c.Addresses)), "addresses")
 	}
 	if c.PasswordFile != "" && c.PasswordEnv != "" {
-		return errors.New("coordination: password_file and password_env are exclusive")
+		bad(errors.New("password_file and password_env are exclusive"))
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return errors.New("coordination.tls: cert_file and key_file go together")
+		bad(errors.New("cert_file and key_file go together"), "tls")
 	}
 	// Rates are read over a sliding second of reports, which must hold
 	// more than one report of every proxy.
 	if d := time.Duration(c.SyncInterval); d < 10*time.Millisecond || d > 500*time.Millisecond {
-		return fmt.Errorf("coordination.sync_interval: %s is outside 10ms to 500ms", d)
+		bad(fmt.Errorf("%s is outside 10ms to 500ms", d), "sync_interval")
 	}
 	switch c.Fallback {
 	case FallbackLocal, FallbackShare:
 	default:
-		return fmt.Errorf("coordination.fallback: %q is neither %q nor %q", c.Fallback, FallbackLocal, FallbackShare)
+		bad(fmt.Errorf("%q is neither %q nor %q", c.Fallback, FallbackLocal, FallbackShare), "fallback")
 	}
 	if c.MaxPartitionsPerReport < 1 {
-		return fmt.Errorf("coordination.max_partitions_per_report: %d must be positive", c.MaxPartitionsPerReport)
+		bad(fmt.Errorf("%d must be positive", c.MaxPartitionsPerReport), "max_partitions_per_report")
 	}
 	if c.TrackedPartitions < 4 || c.TrackedPartitions > 1<<24 {
-		return fmt.Errorf("coordination.tracked_partitions: %d is outside 4 to %d", c.TrackedPartitions, 1<<24)
+		bad(fmt.Errorf("%d is outside 4 to %d", c.TrackedPartitions, 1<<24), "tracked_partitions")
 	}
 	if c.KeyPrefix == "" {
-		return errors.New("coordination.key_prefix: must not be empty")
+		bad(errors.New("must not be empty"), "key_prefix")
 	}
-	return nil
 }

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 
 	"gopkg.in/yaml.v3"
@@ -71,7 +73,7 @@ type OpsPerSecond uint32
 func (o *OpsPerSecond) UnmarshalYAML(n *yaml.Node) error {
 	v, err := strconv.ParseUint(n.Value, 10, 32)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("line %d: %q is not a whole number of operations per second from 0 to %d", n.Line, n.Value, uint32(math.MaxUint32))
+		return valueError(n, fmt.Sprintf("%q is not a whole number of operations per second from 0 to %d", n.Value, uint32(math.MaxUint32)))
 	}
 	*o = OpsPerSecond(v)
 	return nil
@@ -93,37 +95,41 @@ const maxBurst = 1e9
 // protocol's batches hold at most 65,535 statements.
 const maxPartitionsPerRequest = 65535
 
-// Validate checks the limits section. Config.Validate calls it; so does
-// package proxy, before it applies a section.
+// Validate checks the limits section and reports every problem it finds,
+// joined. Config.Validate checks it too; package proxy calls it before it
+// applies a section.
 func (c *LimitsConfig) Validate() error {
-	bad := func(err error, path ...string) error {
-		return &keyError{path: append([]string{"limits"}, path...), err: err}
-	}
+	var ps problems
+	c.validate(&ps)
+	return ps.err()
+}
+
+func (c *LimitsConfig) validate(ps *problems) {
+	bad := func(err error, path ...string) { ps.add(err, append([]string{"limits"}, path...)...) }
 	switch c.Algorithm {
 	case ratelimit.AlgorithmScylla, ratelimit.AlgorithmTokenBucket:
 	default:
-		return bad(fmt.Errorf("%q is neither %q nor %q", c.Algorithm, ratelimit.AlgorithmScylla, ratelimit.AlgorithmTokenBucket), "algorithm")
+		bad(fmt.Errorf("%q is neither %q nor %q", c.Algorithm, ratelimit.AlgorithmScylla, ratelimit.AlgorithmTokenBucket), "algorithm")
 	}
 	if c.Memory < minLimitsMemory || c.Memory > maxLimitsMemory {
-		return bad(fmt.Errorf("%d bytes is outside 64 KiB to 4 GiB", c.Memory), "memory")
+		bad(fmt.Errorf("%d bytes is outside 64 KiB to 4 GiB", c.Memory), "memory")
 	}
 	if !(c.Burst > 0) || c.Burst > maxBurst {
-		return bad(fmt.Errorf("%v must be a positive number of seconds", c.Burst), "burst")
+		bad(fmt.Errorf("%v must be a positive number of seconds", c.Burst), "burst")
 	}
 	if c.MaxPartitionsPerRequest < 1 || c.MaxPartitionsPerRequest > maxPartitionsPerRequest {
-		return bad(fmt.Errorf("%d is outside 1 to %d", c.MaxPartitionsPerRequest, maxPartitionsPerRequest), "max_partitions_per_request")
+		bad(fmt.Errorf("%d is outside 1 to %d", c.MaxPartitionsPerRequest, maxPartitionsPerRequest), "max_partitions_per_request")
 	}
-	for ks, kl := range c.Keyspaces {
+	for _, ks := range slices.Sorted(maps.Keys(c.Keyspaces)) {
 		if !isStoredName(ks) {
-			return bad(fmt.Errorf("%q is not a keyspace name as stored: letters, digits and underscores, case-sensitive, no quotes", ks), "keyspaces", ks)
+			bad(fmt.Errorf("%q is not a keyspace name as stored: letters, digits and underscores, case-sensitive, no quotes", ks), "keyspaces", ks)
 		}
-		for t := range kl.Tables {
+		for _, t := range slices.Sorted(maps.Keys(c.Keyspaces[ks].Tables)) {
 			if !isStoredName(t) {
-				return bad(fmt.Errorf("%q is not a table name as stored: letters, digits and underscores, case-sensitive, no quotes", t), "keyspaces", ks, "tables", t)
+				bad(fmt.Errorf("%q is not a table name as stored: letters, digits and underscores, case-sensitive, no quotes", t), "keyspaces", ks, "tables", t)
 			}
 		}
 	}
-	return nil
 }
 
 // isStoredName reports whether s can name a keyspace or table: Cassandra

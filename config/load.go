@@ -39,13 +39,16 @@ func readFile(path string) ([]byte, error) {
 
 // Parse parses data, the contents of the file at path, over Default and
 // validates the result. Unknown keys are errors; errors name path and,
-// where known, the line.
+// where known, the line. Values of the wrong type and failed checks are
+// all reported together, one per line.
 func Parse(path string, data []byte) (Config, error) {
 	cfg, err := Decode(path, data)
-	if err != nil {
+	if err != nil && !Partial(err) {
 		return cfg, err
 	}
-	return cfg, Check(&cfg, data)
+	// A value of the wrong type leaves its key at the default: the rest
+	// is still worth checking, so that one attempt shows every mistake.
+	return cfg, errors.Join(err, Check(&cfg, data))
 }
 
 // Read reads the file at path and decodes it as Decode does, without
@@ -71,28 +74,60 @@ func Decode(path string, data []byte) (Config, error) {
 	dec.KnownFields(true)
 	// io.EOF: an empty file means all defaults.
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, fmt.Errorf("%s", describeYAMLError(path, err))
+		return cfg, &decodeError{msg: describeYAMLError(path, err), err: err}
 	}
 	return cfg, nil
 }
 
+// Partial reports whether err, from Decode or Read, still left the rest
+// of the file decoded: only some values were of the wrong type, so that
+// Check can report the problems of the rest with them.
+func Partial(err error) bool { return errors.As(err, new(*yaml.TypeError)) }
+
+// decodeError is a YAML error described with file and lines; it unwraps to
+// yaml.v3's, so that a caller can tell a *yaml.TypeError, after which the
+// rest of the document was still decoded.
+type decodeError struct {
+	msg string
+	err error
+}
+
+func (e *decodeError) Error() string { return e.msg }
+func (e *decodeError) Unwrap() error { return e.err }
+
 // Check validates cfg, decoded from data, naming its file and, where the
-// value comes from the file, the line.
+// value comes from the file, the line of each problem. Every problem is
+// reported, one per line.
 func Check(cfg *Config, data []byte) error {
 	err := cfg.Validate()
-	if err == nil {
-		return nil
-	}
-	if cfg.file == "" {
+	if err == nil || cfg.file == "" {
 		return err
 	}
+	var errs []error
+	for _, e := range unjoin(err) {
+		errs = append(errs, locate(cfg.file, data, e))
+	}
+	return errors.Join(errs...)
+}
+
+// unjoin returns the errors err joins, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// locate prefixes err with file and, for a keyError whose key is in data,
+// the line.
+func locate(file string, data []byte, err error) error {
 	var ke *keyError
 	if errors.As(err, &ke) {
 		if line := lineOf(data, ke.path); line > 0 {
-			return fmt.Errorf("%s:%d: %w", cfg.file, line, err)
+			return fmt.Errorf("%s:%d: %w", file, line, err)
 		}
 	}
-	return fmt.Errorf("%s: %w", cfg.file, err)
+	return fmt.Errorf("%s: %w", file, err)
 }
 
 // keyError is a Validate error about the value at a key path, so that
@@ -156,5 +191,12 @@ func describeYAMLError(path string, err error) string {
 		}
 		lines = append(lines, l)
 	}
-	return strings.Join(lines, "; ")
+	return strings.Join(lines, "\n")
+}
+
+// valueError is a value of n that its type cannot take. It is a
+// *yaml.TypeError, after which yaml.v3 goes on decoding the rest of the
+// document, so that its other problems are reported too.
+func valueError(n *yaml.Node, msg string) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s", n.Line, msg)}}
 }

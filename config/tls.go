@@ -15,14 +15,13 @@ type TLSConfig struct {
 	ClientCAFile string `yaml:"client_ca_file"`
 }
 
-func (c TLSConfig) validate() error {
+func (c TLSConfig) validate(ps *problems) {
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		return errors.New("tls: cert_file and key_file go together")
+		ps.add(errors.New("cert_file and key_file go together"), "tls")
 	}
 	if c.ClientCAFile != "" && c.CertFile == "" {
-		return errors.New("tls: client_ca_file needs cert_file and key_file")
+		ps.add(errors.New("client_ca_file needs cert_file and key_file"), "tls", "client_ca_file")
 	}
-	return nil
 }
 
 // UpstreamTLSConfig configures TLS towards the upstream nodes, for the
@@ -45,12 +44,11 @@ type UpstreamTLSConfig struct {
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
-func (c UpstreamTLSConfig) validate() error {
+func (c UpstreamTLSConfig) validate(ps *problems) {
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		return errors.New("upstream_tls: cert_file and key_file go together")
+		ps.add(errors.New("cert_file and key_file go together"), "upstream_tls")
 	}
 	if !c.Enabled && (c.CAFile != "" || c.CertFile != "" || c.ServerName != "" || c.InsecureSkipVerify) {
-		return errors.New("upstream_tls: settings given but enabled is false")
+		ps.add(errors.New("settings given but enabled is false"), "upstream_tls")
 	}
-	return nil
 }

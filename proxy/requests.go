@@ -259,7 +259,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 // room while it holds any, and a compressed body, small on the wire, is
 // counted at the size it takes in memory.
 func (s *session) decompress(body []byte, n int) ([]byte, error) {
-	size, err := frame.DecodedLen(s.reqCompression, body, s.p.cfg.MaxFrameBytes)
+	size, err := frame.DecodedLen(s.reqCompression, body, int(s.p.cfg.MaxFrameBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (s *session) decompress(body []byte, n int) ([]byte, error) {
 		s.decompHeld = share
 		s.heldLarge = true
 	}
-	return s.decomp.Body(s.reqCompression, body, s.p.cfg.MaxFrameBytes)
+	return s.decomp.Body(s.reqCompression, body, int(s.p.cfg.MaxFrameBytes))
 }
 
 // giveDecompressed lets go of a decompressed body over 64 KiB and gives

@@ -160,7 +160,7 @@ func (s *session) responseBody(f []byte, comp frame.Compression) ([]byte, error)
 		return body, nil
 	}
 	var d frame.Decompressor
-	return d.Body(comp, body, s.p.cfg.MaxFrameBytes)
+	return d.Body(comp, body, int(s.p.cfg.MaxFrameBytes))
 }
 
 // learnPrepared records the statement a RESULT Prepared names: what the

@@ -68,7 +68,7 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 func (p *Proxy) refuse(c net.Conn, msg string) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	_, h, err := frame.NewReader(bufio.NewReader(c), p.cfg.MaxFrameBytes).Next()
+	_, h, err := frame.NewReader(bufio.NewReader(c), int(p.cfg.MaxFrameBytes)).Next()
 	var tooLarge *frame.TooLargeError
 	if err != nil && !errors.As(err, &tooLarge) {
 		return

@@ -30,11 +30,13 @@ func TestCLI(t *testing.T) {
 	good := write("good.yaml", "listen: 127.0.0.1:19042\nupstreams: [127.0.0.2:9042]\n")
 	bad := write("bad.yaml", "listen: 127.0.0.1:19042\nupstrems: [x:1]\n")
 	mendable := write("mendable.yaml", "upstreams: [no-port]\n")
+	many := write("many.yaml", "listen: 127.0.0.1:19042\nupstrems: [x:1]\nmode: mesh\ndial_timeout: soon\nlimits:\n  algorithm: leaky\n  memory: 1KiB\n")
 	tests := []struct {
 		name           string
 		args, env      []string
 		status         int
-		stdout, stderr string // substrings
+		stdout, stderr string   // substrings
+		more           []string // further substrings of stderr
 	}{
 		{name: "version", args: []string{"version"}, stdout: "cqlguard "},
 		{name: "-version", args: []string{"-version"}, stdout: "cqlguard "},
@@ -42,11 +44,13 @@ func TestCLI(t *testing.T) {
 		{name: "help", args: []string{"help"}, stdout: "check-config"},
 		{name: "good file", args: []string{"check-config", good}, stdout: "good.yaml: ok"},
 		{name: "bad file", args: []string{"check-config", bad}, status: 1, stderr: `bad.yaml:2: unknown key "upstrems"`},
+		{name: "every problem at once", args: []string{"check-config", many}, status: 1, stderr: `many.yaml:2: unknown key "upstrems"`,
+			more: []string{`many.yaml:4: "soon" is not a duration`, `many.yaml:3: mode: "mesh" is neither`, `many.yaml:6: limits.algorithm: "leaky"`, `many.yaml:7: limits.memory: 1024 bytes is outside`}},
 		{name: "missing file", args: []string{"check-config", filepath.Join(dir, "none.yaml")}, status: 1, stderr: "none.yaml"},
 		{name: "a flag mends the file", args: []string{"check-config", "-upstream", "127.0.0.3:9042", mendable}, stdout: "upstreams 127.0.0.3:9042"},
 		{name: "the environment mends the file", args: []string{"check-config", mendable}, env: []string{"CQLGUARD_UPSTREAMS=127.0.0.4:9042"}, stdout: "upstreams 127.0.0.4:9042"},
 		{name: "a flag over the environment", args: []string{"check-config", "-upstream", "127.0.0.3:9042", mendable}, env: []string{"CQLGUARD_UPSTREAMS=127.0.0.4:9042"}, stdout: "upstreams 127.0.0.3:9042"},
-		{name: "not mended", args: []string{"check-config", mendable}, status: 1, stderr: `mendable.yaml: upstreams: "no-port"`},
+		{name: "not mended", args: []string{"check-config", mendable}, status: 1, stderr: `mendable.yaml:1: upstreams: "no-port"`},
 		{name: "check-config without a file", args: []string{"check-config"}, status: 2, stderr: "check-config takes one FILE"},
 		{name: "check-config with two", args: []string{"check-config", good, bad}, status: 2, stderr: "check-config takes one FILE"},
 		{name: "a stray word", args: []string{"check-configs", good}, status: 2, stderr: `unknown command "check-configs"`},
@@ -68,6 +72,11 @@ func TestCLI(t *testing.T) {
 				status = ee.ExitCode()
 			} else if err != nil {
 				t.Fatal(err)
+			}
+			for _, m := range tt.more {
+				if !strings.Contains(stderr.String(), m) {
+					t.Errorf("cqlguard %q: stderr %q, want it to hold %q too", tt.args, stderr.String(), m)
+				}
 			}
 			if status != tt.status || !strings.Contains(stdout.String(), tt.stdout) || !strings.Contains(stderr.String(), tt.stderr) {
 				t.Errorf("cqlguard %q: status %d, stdout %q, stderr %q; want %d, %q, %q",

@@ -84,7 +84,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	fmt.Fprintln(stderr, "cqlguard:", err)
+	// A file's problems are reported all at once, one per line.
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintln(stderr, "cqlguard:", line)
+	}
 	return 1
 }
 
@@ -132,10 +135,12 @@ func addConfigFlags(fs *flag.FlagSet) configFlags {
 // environment can mend a file that does not pass its checks alone.
 func (f configFlags) resolve(path string) (config.Config, error) {
 	cfg, data := config.Default(), []byte(nil)
+	var decodeErr error
 	if path != "" {
-		var err error
-		if cfg, data, err = config.Read(path); err != nil {
-			return cfg, err
+		// Values of the wrong type are reported with every other problem
+		// of the file, after the checks.
+		if cfg, data, decodeErr = config.Read(path); decodeErr != nil && !config.Partial(decodeErr) {
+			return cfg, decodeErr
 		}
 	}
 	set := func(dst *string, env, flag string) {
@@ -157,7 +162,7 @@ func (f configFlags) resolve(path string) (config.Config, error) {
 	if upstreams != "" {
 		cfg.Upstreams = strings.Split(upstreams, ",")
 	}
-	if err := config.Check(&cfg, data); err != nil {
+	if err := errors.Join(decodeErr, config.Check(&cfg, data)); err != nil {
 		if path == "" {
 			return cfg, fmt.Errorf("configuration: %w", err)
 		}
