@@ -248,6 +248,11 @@ type AdminConfig struct {
 	// /readyz and /metrics stay open, as probes and scrapers need.
 	TokenFile string `yaml:"token_file"`
 	TokenEnv  string `yaml:"token_env"`
+	// ReadyNeedsSchema keeps /readyz not ready while limits are configured
+	// and the schema has not loaded: until then the proxy cannot find a
+	// request's partition and forwards everything unlimited, which a
+	// sidecar should not present as ready.
+	ReadyNeedsSchema bool `yaml:"ready_needs_schema"`
 }
 
 // Token reads the bearer token /hot asks for from the file or the
@@ -319,7 +324,7 @@ func Default() Config {
 		FrameTimeout:             Duration(30 * time.Second),
 		DialTimeout:              Duration(5 * time.Second),
 		DrainTimeout:             Duration(30 * time.Second),
-		Admin:                    AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100},
+		Admin:                    AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100, ReadyNeedsSchema: true},
 		Coordination:             defaultCoordination(),
 		Log:                      LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{

@@ -83,6 +83,8 @@ type Proxy struct {
 	// of limiters a reload replaced.
 	limiterStats *limiterCollector
 	reload       reloader
+	// health is the upstreams' health as /readyz reports it (health.go).
+	health *upstreamHealth
 
 	mu        sync.Mutex
 	sessions  map[*session]struct{}
@@ -129,6 +131,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		sessions: map[*session]struct{}{},
 		stopBg:   func() {},
 		inflight: newBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
+		health:   newUpstreamHealth(),
 	}
 	p.prepared.maxBytes = int(cfg.MaxPreparedBytes)
 	p.requestFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
@@ -167,16 +170,16 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		p.schema, p.stopBg = s, stop
 	}
 	p.topo.onSchemaChange = p.schema.Refresh
+	reg.MustRegister(newGuardCollector(p))
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.watchSessions(time.Duration(cfg.UpstreamTimeout), stop)
-	}()
+	var bg sync.WaitGroup
+	bg.Go(func() { p.watchSessions(time.Duration(cfg.UpstreamTimeout), stop) })
+	bg.Go(func() { p.watchUpstreams(stop) })
+	bg.Go(func() { p.watchGuard(stop) })
 	stopSchema := p.stopBg
 	p.stopBg = func() {
 		close(stop)
-		<-done
+		bg.Wait()
 		stopSchema()
 		p.stopCoordination()
 	}
@@ -381,7 +384,9 @@ func (p *Proxy) dialUpstream() (*upstreamConn, string, error) {
 	return nil, "", errors.Join(errs...)
 }
 
-// Ready reports whether some upstream node answers OPTIONS.
+// Ready reports whether the proxy is ready for drivers: not draining, an
+// upstream node answered its last health check (health.go), and, with
+// admin.ready_needs_schema, the limits configured can be enforced.
 func (p *Proxy) Ready() error {
 	p.mu.Lock()
 	draining := p.draining
@@ -389,12 +394,12 @@ func (p *Proxy) Ready() error {
 	if draining {
 		return errors.New("draining")
 	}
-	u, _, err := p.dialUpstream()
-	if err != nil {
+	if err := p.health.wait(time.Duration(p.cfg.DialTimeout)); err != nil {
 		return err
 	}
-	u.conn.Close()
-	u.in.park()
+	if p.cfg.Admin.ReadyNeedsSchema && !p.armed() {
+		return errors.New("limits are configured and the schema has not loaded, so none would be enforced (admin.ready_needs_schema)")
+	}
 	return nil
 }
 

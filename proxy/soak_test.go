@@ -30,9 +30,13 @@ func TestSoak(t *testing.T) {
 		duration = d
 	}
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
-	_, addr := startProxy(t, func(c *config.Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()}
 	})
+	// The baseline holds the proxy's health connection to the node.
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
 	goroutines, fds := runtime.NumGoroutine(), openFiles(t)
 
 	query := encodeBody(t, 4, &message.Query{Query: "SELECT v FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{}})

@@ -434,6 +434,9 @@ func TestSchemaCurrentBeforeLoad(t *testing.T) {
 	if c := s.Current(); c == nil || c.Len() != 0 || c.Table([]byte("ks"), []byte("t")) != nil {
 		t.Fatalf("Current before any load = %+v, want an empty snapshot", c)
 	}
+	if at := s.LoadedAt(); !at.IsZero() {
+		t.Errorf("LoadedAt before any load = %v, want the zero time", at)
+	}
 	// Refresh without Run must not block, however often it is called.
 	for range 100 {
 		s.Refresh()
@@ -503,6 +506,10 @@ func TestSchemaKeepsLastGoodSnapshot(t *testing.T) {
 	<-src.calls
 	waitFor(t, "the first snapshot", func() bool { return s.Current().Len() == 1 })
 	first := s.Current()
+	loadedAt := s.LoadedAt()
+	if loadedAt.IsZero() || s.Failures() != 0 {
+		t.Fatalf("after the first load: LoadedAt %v, Failures %d", loadedAt, s.Failures())
+	}
 
 	src.setFail(true)
 	s.Refresh()
@@ -510,9 +517,10 @@ func TestSchemaKeepsLastGoodSnapshot(t *testing.T) {
 	// The failed load must leave the snapshot alone; give Run time to
 	// (wrongly) replace it.
 	time.Sleep(20 * time.Millisecond)
-	if s.Current() != first {
+	if s.Current() != first || s.LoadedAt() != loadedAt {
 		t.Fatalf("a failed load replaced the snapshot")
 	}
+	waitFor(t, "the failure counted", func() bool { return s.Failures() >= 1 })
 
 	// After a failure Run retries by itself, well before the hour.
 	src.setFail(false)

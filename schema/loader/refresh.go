@@ -29,6 +29,10 @@ type Schema struct {
 	// periodic reloads.
 	timeout time.Duration
 	cur     atomic.Pointer[schema.Snapshot]
+	// loadedAt is when the last load succeeded, in Unix nanoseconds; 0
+	// before the first. failures counts failed loads.
+	loadedAt atomic.Int64
+	failures atomic.Uint64
 	// kick holds at most one pending Refresh; more are redundant.
 	kick chan struct{}
 }
@@ -64,6 +68,19 @@ func NewSchema(src Source, log zerolog.Logger, every time.Duration) *Schema {
 func (s *Schema) Current() *schema.Snapshot {
 	return s.cur.Load()
 }
+
+// LoadedAt returns when the current snapshot was loaded: the zero time
+// until a load succeeds, while Current is an empty snapshot that holds no
+// table at all.
+func (s *Schema) LoadedAt() time.Time {
+	if ns := s.loadedAt.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Failures returns how many loads have failed.
+func (s *Schema) Failures() uint64 { return s.failures.Load() }
 
 // Refresh asks for a reload soon, without waiting for it. A burst of
 // Refresh calls, such as a DDL script gives, causes one reload, or two if
@@ -126,6 +143,7 @@ func (s *Schema) load(parent context.Context) bool {
 		}
 		// A load cut short because Run is stopping is no failure to report.
 		if parent.Err() == nil {
+			s.failures.Add(1)
 			s.log.Error().Err(err).Dur("took", elapsed).Int("tables", s.Current().Len()).
 				Msg("loading the schema failed; keeping the previous one")
 		}
@@ -137,6 +155,7 @@ func (s *Schema) load(parent context.Context) bool {
 		s.log.Warn().Err(err).Msg("some tables of the schema were left out")
 	}
 	prev := s.cur.Swap(snap)
+	s.loadedAt.Store(time.Now().UnixNano())
 	ev := s.log.Debug()
 	if prev.Len() != snap.Len() {
 		ev = s.log.Info()
