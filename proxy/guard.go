@@ -97,10 +97,10 @@ func (p *Proxy) watchGuard(stop <-chan struct{}) {
 	t := time.NewTicker(guardEvery)
 	defer t.Stop()
 	var (
-		snap       *schema.Snapshot
-		lim        *limits
-		warned     = map[string]bool{}
-		wasArmed   = true
+		snap        *schema.Snapshot
+		lim         *limits
+		warned      = map[string]bool{}
+		wasArmed    = true
 		saidUnarmed bool
 	)
 	for {
