@@ -508,8 +508,7 @@ func TestManyPartitionsCountedOrRefused(t *testing.T) {
 	b := startBadInputProxy(t, &log, "127.0.0.1:0", node.Addr(), func(c *config.Config) {
 		c.MaxFrameBytes = 1 << 20
 		c.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
-	})
-	b.p.schema = staticSchema{testSnapshot(t)}
+	}, WithSchema(staticSchema{testSnapshot(t)}))
 	c := dialBad(t, b.addr, 4, nil)
 	query := func(stream int16, text string) clientAnswer {
 		t.Helper()

@@ -74,8 +74,9 @@ type badInputProxy struct {
 
 // startBadInputProxy runs a proxy on listen in front of upstream, with a
 // small max_frame_bytes and a short frame_timeout, logging into log; edit,
-// if not nil, changes its configuration further.
-func startBadInputProxy(t *testing.T, log *logLines, listen, upstream string, edit func(*config.Config)) *badInputProxy {
+// if not nil, changes its configuration further, and opts apply after a
+// schema of no table.
+func startBadInputProxy(t *testing.T, log *logLines, listen, upstream string, edit func(*config.Config), opts ...Option) *badInputProxy {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Admin.Listen = ""
@@ -87,7 +88,7 @@ func startBadInputProxy(t *testing.T, log *logLines, listen, upstream string, ed
 		edit(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	p, addr := serveProxy(t, cfg, zerolog.New(log), reg, WithSchema(staticSchema{}))
+	p, addr := serveProxy(t, cfg, zerolog.New(log), reg, append([]Option{WithSchema(staticSchema{})}, opts...)...)
 	return &badInputProxy{p: p, reg: reg, addr: addr}
 }
 
