@@ -1,18 +1,26 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
 var topAt = time.Date(2026, 3, 1, 12, 30, 45, 0, time.UTC)
@@ -441,3 +449,138 @@ func TestTerminalFrame(t *testing.T) {
 		t.Errorf("terminalFrame = %q, want %q", got, want)
 	}
 }
+
+// TestTopUnderTmux runs cqlguard top in a terminal, a detached tmux
+// session, against a cqlguard process in front of the fake node while a
+// hot partition is read at ten times its limit: the view shows the
+// partition with its rate over its limit, and the table's refusals, and
+// q ends it with status 0.
+func TestTopUnderTmux(t *testing.T) {
+	t.Parallel()
+	tmuxPath, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Skip("tmux is not installed")
+	}
+	bin := buildCqlguard(t)
+	node, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
+
+	const limit = 100
+	dir := t.TempDir()
+	listen, admin := portZeroAddr(t), portZeroAddr(t)
+	cfg := filepath.Join(dir, "cqlguard.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `listen: %s
+upstreams: [%s]
+admin: {listen: "%s", hot_partitions: 100, show_keys: true}
+log: {level: warn}
+limits:
+  keyspaces: {bench: {tables: {kv: {max_reads_per_second: %d}}}}
+`, listen, node.Addr(), admin, limit), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var proxyLog bytes.Buffer
+	proxyCmd := exec.Command(bin, "-config", cfg, "-watch-config=false")
+	proxyCmd.Stdout, proxyCmd.Stderr = &proxyLog, &proxyLog
+	if err := proxyCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proxyCmd.Process.Signal(syscall.SIGTERM)
+		proxyCmd.Wait()
+		if t.Failed() {
+			t.Logf("cqlguard logged:\n%s", proxyLog.String())
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cqlguard not ready after 20 s")
+		}
+	}
+
+	// One partition, key 0, read at ten times its limit until the test ends.
+	spec := load.DefaultSpec()
+	spec.Addr, spec.Conns, spec.Concurrency, spec.Rate = listen, 1, 16, 10*limit
+	spec.Keys, spec.Dist, spec.HotKeys, spec.HotFraction, spec.OptIn = 1000, load.Hot, 1, 1, true
+	ctx, cancel := context.WithCancel(context.Background())
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := load.Run(ctx, []load.Spec{spec}, load.Options{Duration: 5 * time.Minute})
+		loaded <- err
+	}()
+	t.Cleanup(func() { cancel(); <-loaded })
+
+	// A private tmux server, so that nothing else's sessions are touched.
+	socket := fmt.Sprintf("cqlguard-top-%d-%d", os.Getpid(), time.Now().UnixNano())
+	tmux := func(args ...string) (string, error) {
+		cmd := exec.Command(tmuxPath, append([]string{"-L", socket, "-f", "/dev/null"}, args...)...)
+		cmd.Env = append(os.Environ(), "TMUX=")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	status := filepath.Join(dir, "status")
+	shell := fmt.Sprintf("%s top -admin %s -interval 250ms; echo $? > %s", quote(bin), admin, quote(status))
+	if out, err := tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "40", shell); err != nil {
+		t.Fatalf("tmux new-session: %v\n%s", err, out)
+	}
+	// The server leaves its socket behind when it exits.
+	socketPath, err := tmux("display-message", "-p", "-t", "top", "#{socket_path}")
+	if err != nil {
+		t.Fatalf("tmux display-message: %v\n%s", err, socketPath)
+	}
+	t.Cleanup(func() {
+		tmux("kill-server")
+		os.Remove(strings.TrimSpace(socketPath))
+	})
+
+	// The hot partition's row: table, op, token, key 0, rate, limit, share
+	// of the limit, and the mark of a partition surely over it.
+	row := regexp.MustCompile(`bench\.kv\s+read\s+-?\d+\s+0\s+(\d+(?:\.\d+)?)\s+` + strconv.Itoa(limit) + `\s+\d+%\s+OVER`)
+	refusals := regexp.MustCompile(`bench\.kv\s+read\s+rejected\s+(\d+(?:\.\d+)?)\s+\d+`)
+	var screen string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		screen, err = tmux("capture-pane", "-p", "-t", "top")
+		if err != nil {
+			t.Fatalf("tmux capture-pane: %v\n%s", err, screen)
+		}
+		m, r := row.FindStringSubmatch(screen), refusals.FindStringSubmatch(screen)
+		if m != nil && r != nil {
+			rate, _ := strconv.ParseFloat(m[1], 64)
+			refused, _ := strconv.ParseFloat(r[1], 64)
+			if rate > 2*limit && refused > 0 && strings.Contains(screen, "(q quits)") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hot partition never showed over its limit, with its refusals:\n%s", screen)
+		}
+	}
+	t.Logf("the view:\n%s", screen)
+
+	if out, err := tmux("send-keys", "-t", "top", "q"); err != nil {
+		t.Fatalf("tmux send-keys: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(status); err == nil && strings.TrimSpace(string(b)) != "" {
+			if s := strings.TrimSpace(string(b)); s != "0" {
+				t.Fatalf("cqlguard top exited with status %s", s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			screen, _ = tmux("capture-pane", "-p", "-t", "top")
+			t.Fatalf("cqlguard top still running 10 s after q:\n%s", screen)
+		}
+	}
+}
+
+// quote quotes s for sh.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
