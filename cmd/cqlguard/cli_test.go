@@ -15,11 +15,8 @@ import (
 // cannot be run, each with its exit status and what it prints.
 func TestCLI(t *testing.T) {
 	t.Parallel()
+	bin := buildCqlguard(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "cqlguard")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
-	}
 	write := func(name, text string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
@@ -57,6 +54,12 @@ func TestCLI(t *testing.T) {
 		{name: "a stray argument to serve", args: []string{"-listen", "127.0.0.1:0", "x.yaml"}, status: 2, stderr: `unexpected argument "x.yaml"`},
 		{name: "version with arguments", args: []string{"version", "x"}, status: 2, stderr: "version takes no arguments"},
 		{name: "an unknown flag", args: []string{"-nope"}, status: 2, stderr: "flag provided but not defined"},
+		{name: "help names top", args: []string{"help"}, stdout: "cqlguard top"},
+		{name: "top -h", args: []string{"top", "-h"}, stderr: "-token-file"},
+		{name: "top with an argument", args: []string{"top", "x"}, status: 2, stderr: `top: unexpected argument "x"`},
+		{name: "top -n 0", args: []string{"top", "-n", "0"}, status: 2, stderr: "top: -n 0"},
+		{name: "top -once, no listener", args: []string{"top", "-once", "-admin", "127.0.0.1:1"}, status: 1,
+			stdout: "error: cannot reach the admin listener: dial tcp 127.0.0.1:1", stderr: "cannot reach the admin listener"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,4 +87,15 @@ func TestCLI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildCqlguard builds the command into a temporary directory and returns
+// the binary's path.
+func buildCqlguard(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cqlguard")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	return bin
 }

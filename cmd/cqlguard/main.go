@@ -43,11 +43,15 @@ const usage = `Usage:
   cqlguard [serve] [flags]          run the proxy (the default)
   cqlguard check-config [flags] FILE check a configuration file, with the
                                     flags and environment applied over it
+  cqlguard top [flags]              watch a running proxy from its admin
+                                    listener: hot partitions against their
+                                    limits, refusals per table; q quits
   cqlguard version                  print the version and build revision
-Run "cqlguard serve -h" for the flags. The environment sets what the flags
-do, below them and over the file: CQLGUARD_CONFIG, CQLGUARD_LISTEN,
-CQLGUARD_ADVERTISE, CQLGUARD_UPSTREAMS (comma-separated), CQLGUARD_MODE,
-CQLGUARD_ADMIN_LISTEN, CQLGUARD_LOG_LEVEL, CQLGUARD_LOG_FORMAT.
+Run "cqlguard serve -h" or "cqlguard top -h" for the flags. The
+environment sets what the flags do, below them and over the file:
+CQLGUARD_CONFIG, CQLGUARD_LISTEN, CQLGUARD_ADVERTISE, CQLGUARD_UPSTREAMS
+(comma-separated), CQLGUARD_MODE, CQLGUARD_ADMIN_LISTEN, CQLGUARD_LOG_LEVEL,
+CQLGUARD_LOG_FORMAT.
 `
 
 // cli runs the command in args and returns the exit status: 0, 1 when
@@ -63,6 +67,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		err = run(args)
 	case "check-config":
 		err = checkConfig(args, stdout)
+	case "top":
+		err = top(args, stdout)
 	case "version":
 		if len(args) > 0 {
 			err = usageError{msg: fmt.Sprintf("version takes no arguments, got %q", args)}
