@@ -106,6 +106,7 @@ pid_of() {
   echo "$pid"
 }
 
+# shellcheck disable=SC2016 # $1 and $2 are the inner shell's.
 port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$host" "$1" 2>/dev/null; }
 
 start() {
@@ -126,7 +127,9 @@ start() {
   fi
   promtool check config "$config" >"$dir/check.log" 2>&1 || { cat "$dir/check.log" >&2; die "$config is not a valid configuration"; }
   rm -f "$dir/prometheus.pid"
-  # A session of its own, so that a Ctrl-C for the caller does not reach it.
+  # A session of its own, so that a Ctrl-C for the caller does not reach it;
+  # the inner shell writes its pid, which exec hands on.
+  # shellcheck disable=SC2016 # $$ and $1 are the inner shell's.
   setsid -f bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$dir/prometheus.pid" \
     prometheus --config.file="$config" --storage.tsdb.path="$dir/data" \
     --web.listen-address="$host:$port" --web.enable-lifecycle \
@@ -152,11 +155,11 @@ start() {
 stop() {
   [ $# = 1 ] || die "usage: prometheus.sh stop DIR"
   [ -d "$1" ] || return 0
-  local dir pid i
+  local dir pid
   dir=$(cd "$1" && pwd)
   if pid=$(pid_of "$dir"); then
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 200); do alive "$pid" || break; sleep 0.05; done
+    for _ in $(seq 200); do alive "$pid" || break; sleep 0.05; done
     if alive "$pid"; then
       say "prometheus (pid $pid) ignored SIGTERM for 10 s, killing it"
       kill -KILL "$pid" 2>/dev/null || true
