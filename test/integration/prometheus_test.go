@@ -25,18 +25,6 @@ import (
 	"github.com/cqlguard/cqlguard/test/redistest"
 )
 
-// pendingMetrics are metrics the dashboard and the alerts use that cqlguard
-// does not export yet (issue 17 adds them): a query of one may return
-// nothing. Each must leave this list when it lands, which the test checks.
-var pendingMetrics = map[string]bool{
-	"cqlguard_schema_loaded":              true,
-	"cqlguard_schema_age_seconds":         true,
-	"cqlguard_schema_load_failures_total": true,
-	"cqlguard_schema_unknown_limits":      true,
-	"cqlguard_guard_armed":                true,
-	"cqlguard_upstream_up":                true,
-}
-
 // TestPrometheus runs cqlguard in front of the fake node, coordinated
 // through a real Redis, with a load some of which it refuses, and a
 // private Prometheus (test/prometheus/prometheus.sh) scraping its /metrics
@@ -104,7 +92,7 @@ func TestPrometheus(t *testing.T) {
 			switch {
 			case err != nil:
 				failed = append(failed, fmt.Sprintf("%s: %s: %v", q.panel, q.expr, err))
-			case n == 0 && !namesPending(q.expr):
+			case n == 0:
 				failed = append(failed, fmt.Sprintf("%s: %s: no data", q.panel, q.expr))
 			}
 		}
@@ -117,13 +105,8 @@ func TestPrometheus(t *testing.T) {
 	}
 
 	scraped := prom.metricNames(t)
-	for name := range pendingMetrics {
-		if scraped[name] {
-			t.Errorf("cqlguard exports %s now: remove it from pendingMetrics", name)
-		}
-	}
 	for _, name := range alertMetrics(t) {
-		if !scraped[name] && !pendingMetrics[name] {
+		if !scraped[name] {
 			t.Errorf("deploy/prometheus/alerts.yml uses %s, which cqlguard does not export", name)
 		}
 	}
@@ -223,16 +206,7 @@ func dashboardQueries(t *testing.T, vars *strings.Replacer) []dashboardQuery {
 	return out
 }
 
-// namesPending reports whether expr uses a metric in pendingMetrics.
-func namesPending(expr string) bool {
-	for _, name := range metricName.FindAllString(expr, -1) {
-		if pendingMetrics[strings.TrimSuffix(name, "_bucket")] {
-			return true
-		}
-	}
-	return false
-}
-
+// metricName finds the names of cqlguard's metrics in an expression.
 var metricName = regexp.MustCompile(`\bcqlguard_[a-z0-9_]+`)
 
 // alertMetrics are the metrics deploy/prometheus/alerts.yml's rules use.
