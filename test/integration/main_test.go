@@ -2,6 +2,9 @@
 // Apache Cassandra 5, started by test/cassandra/cassandra.sh. The tests run
 // when CQLGUARD_INTEGRATION=1 (make test sets it) and skip otherwise.
 //
+// A run that selects only tests in front of the fake node (withoutCassandra)
+// starts no Cassandra.
+//
 // Cassandra listens on 127.0.0.2:9042 and the proxy on 127.0.0.1:9042: a
 // driver that slipped past the proxy would dial 127.0.0.2, which the tests
 // watch for.
@@ -9,12 +12,18 @@ package integration
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +57,51 @@ func TestMain(m *testing.M) {
 		fmt.Println("integration tests skipped: set CQLGUARD_INTEGRATION=1 (make test does)")
 		os.Exit(m.Run())
 	}
+	flag.Parse()
+	if !needsCassandra() {
+		os.Exit(m.Run())
+	}
 	os.Exit(runWithCassandra(m))
+}
+
+// withoutCassandra are the tests that run in front of the fake node: a
+// -run that selects none but these starts no Cassandra.
+var withoutCassandra = map[string]bool{"TestPrometheus": true, "TestScaleOut": true}
+
+// needsCassandra reports whether -run selects a test of this package that
+// is not in withoutCassandra, or cannot tell. The tests' names come from
+// the package's source, as testing.M does not list them.
+func needsCassandra() bool {
+	run := flag.Lookup("test.run").Value.String()
+	if run == "" {
+		return true
+	}
+	// Only the top level of the pattern selects top-level tests.
+	re, err := regexp.Compile(strings.SplitN(run, "/", 2)[0])
+	if err != nil {
+		return true
+	}
+	files, err := filepath.Glob(filepath.Join(repoRoot(), "test", "integration", "*_test.go"))
+	if err != nil || len(files) == 0 {
+		return true
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return true
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Name.Name == "TestMain" {
+				continue
+			}
+			if re.MatchString(fn.Name.Name) && !withoutCassandra[fn.Name.Name] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func runWithCassandra(m *testing.M) int {
