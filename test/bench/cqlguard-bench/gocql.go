@@ -288,10 +288,10 @@ func (s *suite) writeGocqlTable(w io.Writer, rows []*gocqlRow) {
 		fmt.Fprintln(w, r.markdown())
 	}
 	fmt.Fprint(w, `
-req/s: answered requests per second. p50, p99: latency measured by the driver's goroutines, at
-a fixed rate from when each request was due. added p50: the p50 less the direct row's. CPU
-µs/req: the proxy's user and system time (/proc/<pid>/stat) over the window, per request the
-driver got answered in it. vs relay: the row's req/s, CPU µs/req and added p50 divided by the
+req/s: answered requests per second. p50, p99: latency measured by the driver's goroutines,
+from the send (at a fixed rate, from when it was due for a request that waited for a free
+goroutine). added p50: the p50 less the direct row's. CPU µs/req: the proxy's user and system
+time (/proc/<pid>/stat) over the window, per request the driver got answered in it. vs relay: the row's req/s, CPU µs/req and added p50 divided by the
 Go relay's in the same mode ("-" where the relay's figure is not above zero).
 `)
 }
