@@ -23,10 +23,11 @@ const countedLimits = `limits:
 // coordinatedRows measures EXECUTE v4 through a cqlguard that counts every
 // read against a limit, alone and coordinated through a Redis the suite
 // starts with test/redis/redis.sh: what coordination costs the request
-// path (its fleet table) and the proxy (its reports).
-func (s *suite) coordinatedRows(ctx context.Context) []*row {
-	alone := &row{name: "EXECUTE v4 none, counted", path: "cqlguard", cost: &proxyCost{}}
-	coord := &row{name: "EXECUTE v4 none, counted, coordinated", path: "cqlguard", cost: &proxyCost{}}
+// path (its fleet table) and the proxy (its reports). floor, when set, is
+// the Go relay's row of the same load, which the rows are compared with.
+func (s *suite) coordinatedRows(ctx context.Context, floor *row) []*row {
+	alone := &row{name: "EXECUTE v4 none, counted", path: "cqlguard", relay: floor, cost: &proxyCost{}}
+	coord := &row{name: "EXECUTE v4 none, counted, coordinated", path: "cqlguard", relay: floor, cost: &proxyCost{}}
 	rows := []*row{alone, coord}
 	redisAddr, stop, err := startRedis(ctx, s.redisScript)
 	if err != nil {

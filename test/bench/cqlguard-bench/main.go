@@ -1,9 +1,13 @@
 // Command cqlguard-bench measures cqlguard: it runs a fast fake upstream
-// node, a CQL load generator, and the suite behind `make bench` that runs
-// both with and without cqlguard in between and prints one table.
+// node, a CQL load generator, a load through the gocql driver, a plain TCP
+// relay to measure against, and the suite behind `make bench` that runs
+// the loads direct, through the relay and HAProxy, and through cqlguard,
+// and prints the tables.
 //
 //	cqlguard-bench upstream -listen 127.0.0.1:19042
 //	cqlguard-bench load -addr 127.0.0.1:9042 -duration 30s -loader 'name=uniform,conns=4' -loader 'name=hot,dist=hot,start=10s'
+//	cqlguard-bench gocql -addr 127.0.0.1:9042 -rate 30000
+//	cqlguard-bench relay -listen 127.0.0.1:19043 -upstream 127.0.0.1:19042
 //	cqlguard-bench suite -cqlguard bin/cqlguard
 //	cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/goodput.png
 package main
@@ -15,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -22,7 +27,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cqlguard/cqlguard/test/bench/gocqlload"
 	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/bench/relay"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
@@ -38,7 +45,9 @@ const usage = `usage: cqlguard-bench <command> [flags]
 commands:
   upstream   run the fake upstream node until SIGTERM or SIGINT
   load       drive a node or proxy and report each second
-  suite      the benchmark of make bench: direct and through cqlguard, one table
+  gocql      drive a node or proxy through gocql: prepared point reads
+  relay      copy bytes between clients and an upstream, and nothing else
+  suite      the benchmark of make bench: direct, through a relay, HAProxy and cqlguard
   goodput    the goodput experiment of make goodput, against a real node
 
 cqlguard-bench <command> -h lists a command's flags.`
@@ -55,6 +64,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runUpstream(ctx, args[1:], stdout, stderr)
 	case "load":
 		return runLoad(ctx, args[1:], stdout, stderr)
+	case "gocql":
+		return runGocql(ctx, args[1:], stdout, stderr)
+	case "relay":
+		return runRelay(ctx, args[1:], stdout, stderr)
 	case "suite":
 		return runSuite(ctx, args[1:], stdout, stderr)
 	case "goodput":
@@ -94,6 +107,62 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	<-ctx.Done()
 	s.Close()
 	fmt.Fprintf(stderr, "answered %d requests\n", s.Requests())
+	return nil
+}
+
+func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:19043", "address to listen on (port 0 picks one)")
+	upstream := fs.String("upstream", "127.0.0.1:19042", "address to relay each connection to")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "listening on", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- relay.Serve(ln, *upstream) }()
+	select {
+	case <-ctx.Done():
+		ln.Close()
+		return <-served
+	case err := <-served:
+		return err
+	}
+}
+
+func runGocql(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gocql", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	spec := gocqlload.DefaultSpec()
+	fs.StringVar(&spec.Addr, "addr", "127.0.0.1:9042", "the node or proxy")
+	fs.StringVar(&spec.Keyspace, "keyspace", spec.Keyspace, "keyspace of the table read")
+	fs.StringVar(&spec.Table, "table", spec.Table, "table read: k bigint PRIMARY KEY, v blob")
+	fs.Uint64Var(&spec.Keys, "keys", spec.Keys, "keys drawn from, uniformly")
+	fs.IntVar(&spec.Conns, "conns", spec.Conns, "connections (the driver's NumConns)")
+	fs.IntVar(&spec.Concurrency, "concurrency", spec.Concurrency, "requests in flight over all connections: one goroutine each")
+	fs.Float64Var(&spec.Rate, "rate", 0, "requests per second (0: as fast as the concurrency allows)")
+	fs.BoolVar(&spec.NoCoalesce, "no-coalesce", false, "turn off the driver's write coalescing (WriteCoalesceWaitTime 0)")
+	fs.DurationVar(&spec.Duration, "duration", spec.Duration, "measured length of the run")
+	fs.DurationVar(&spec.Warmup, "warmup", spec.Warmup, "start of the run left out of the summary")
+	summaryJSON := fs.Bool("summary-json", false, "print the summary as JSON (a list of one) instead of text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("gocql: unexpected argument %q", fs.Arg(0))
+	}
+	sum, err := gocqlload.Run(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if *summaryJSON {
+		return json.NewEncoder(stdout).Encode([]load.Summary{sum})
+	}
+	load.WriteSummaries(stdout, []load.Summary{sum})
 	return nil
 }
 

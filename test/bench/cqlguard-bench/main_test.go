@@ -93,18 +93,80 @@ func TestRowMarkdown(t *testing.T) {
 	direct := &row{name: "EXECUTE v4 none", path: "direct",
 		sat: load.Summary{Succeeded: 1000, Rate: 100000},
 		lat: load.Summary{Succeeded: 10, P50: 40 * time.Microsecond, P99: 90 * time.Microsecond, P999: 2 * time.Millisecond}}
-	via := &row{name: "EXECUTE v4 none", path: "cqlguard", direct: direct,
+	floor := &row{name: "EXECUTE v4 none", path: relayPath, direct: direct,
+		sat:  load.Summary{Succeeded: 1000, Rate: 100000},
+		lat:  load.Summary{Succeeded: 10, P50: 65 * time.Microsecond, P99: 120 * time.Microsecond, P999: 2 * time.Millisecond},
+		cost: &proxyCost{cpuSat: 2 * time.Microsecond, cpuLat: 8 * time.Microsecond, rss: 8 << 20}}
+	via := &row{name: "EXECUTE v4 none", path: "cqlguard", direct: direct, relay: floor,
 		sat:     load.Summary{Succeeded: 1000, Rate: 85000},
 		lat:     load.Summary{Succeeded: 10, P50: 75 * time.Microsecond, P99: 150 * time.Microsecond, P999: 3 * time.Millisecond},
-		cost:    &proxyCost{cpuSat: 2500 * time.Nanosecond, cpuLat: 9 * time.Microsecond, allocsLatNoise: 0.05, rss: 20 << 20},
+		cost:    &proxyCost{fromMetrics: true, cpuSat: 2500 * time.Nanosecond, cpuLat: 9 * time.Microsecond, allocsLatNoise: 0.05, rss: 20 << 20},
 		sideCPU: 1500 * time.Nanosecond}
-	want := "| EXECUTE v4 none | cqlguard | 85000 | 85% | 75.0µs (+35µs) | 150µs | 3.00ms | 2.50 / 9.00 | 0.000 / 0.000 ±0.050 | 20.0 | 1.50 |"
-	if got := via.markdown(); got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
+	for _, tc := range []struct {
+		r    *row
+		want string
+	}{
+		{floor, "| EXECUTE v4 none | Go relay | 100000 | 100% | 65.0µs (+25µs) | 120µs | 2.00ms | 2.00 / 8.00 |  | 8.0 |  |  |"},
+		{via, "| EXECUTE v4 none | cqlguard | 85000 | 85% | 75.0µs (+35µs) | 150µs | 3.00ms | 2.50 / 9.00 | 0.000 / 0.000 ±0.050 | 20.0 | 1.50 | 0.85× / 1.25× / 1.40× |"},
+	} {
+		if got := tc.r.markdown(); got != tc.want {
+			t.Errorf("got  %s\nwant %s", got, tc.want)
+		}
+	}
+	// A relay no slower than direct leaves the added p50's ratio undefined.
+	floor.lat.P50 = direct.lat.P50
+	if got := via.vsRelay(); got != "0.85× / 1.25× / -" {
+		t.Errorf("vs relay %q", got)
 	}
 	todo := &row{name: "EXECUTE v4 none, rejected", path: "cqlguard", note: "TODO: needs enforcement"}
 	if got := todo.markdown(); !strings.Contains(got, "| TODO: needs enforcement |") {
 		t.Errorf("got %s", got)
+	}
+}
+
+func TestGocqlRowMarkdown(t *testing.T) {
+	mode := gocqlModes[1]
+	run := func(rate float64, p50 time.Duration, cpu time.Duration) gocqlRun {
+		return gocqlRun{sum: load.Summary{Succeeded: 1, Rate: rate, P50: p50, P99: 3 * p50}, cpu: cpu}
+	}
+	direct := &gocqlRow{mode: mode, path: "direct", runs: []gocqlRun{run(30000, 100*time.Microsecond, 0)}}
+	// Medians of three: each figure the middle of its own three.
+	floor := &gocqlRow{mode: mode, path: relayPath, direct: direct, runs: []gocqlRun{
+		run(29990, 250*time.Microsecond, 12*time.Microsecond),
+		run(30000, 200*time.Microsecond, 14*time.Microsecond),
+		run(29000, 300*time.Microsecond, 10*time.Microsecond),
+	}}
+	via := &gocqlRow{mode: mode, path: cqlguardPath, direct: direct, relay: floor,
+		runs: []gocqlRun{run(29990, 400*time.Microsecond, 18*time.Microsecond)}}
+	skipped := &gocqlRow{mode: mode, path: haproxyPath, direct: direct, relay: floor, note: "skipped: haproxy is not installed"}
+	for _, tc := range []struct {
+		r    *gocqlRow
+		want string
+	}{
+		{direct, "| gocql 30000/s | direct | 30000 | 100µs | 300µs |  |  |  |  |  |"},
+		{floor, "| gocql 30000/s | Go relay | 29990 | 250µs | 750µs | +150µs | 12.00 |  |  |  |"},
+		{via, "| gocql 30000/s | cqlguard | 29990 | 400µs | 1.20ms | +300µs | 18.00 | 1.00× | 1.50× | 2.00× |"},
+		{skipped, "| gocql 30000/s | HAProxy | skipped: haproxy is not installed |  |  |  |  |  |  |  |"},
+	} {
+		if got := tc.r.markdown(); got != tc.want {
+			t.Errorf("got  %s\nwant %s", got, tc.want)
+		}
+	}
+	even := &gocqlRow{runs: []gocqlRun{run(1, 0, 0), run(3, 0, 0)}}
+	if got := even.median(runRate); got != 2 {
+		t.Errorf("median of 1 and 3: %v", got)
+	}
+}
+
+func TestHAProxyConfig(t *testing.T) {
+	cfg := haproxyConfig("127.0.0.1:9043", "127.0.0.1:9042", 1)
+	for _, want := range []string{"nbthread 1\n", "mode tcp\n", "bind 127.0.0.1:9043\n", "server node 127.0.0.1:9042\n"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("no %q in\n%s", want, cfg)
+		}
+	}
+	if strings.Contains(cfg, "log") {
+		t.Errorf("logging in\n%s", cfg)
 	}
 }
 

@@ -11,37 +11,51 @@ import (
 	"github.com/cqlguard/cqlguard/test/bench/load"
 )
 
-// writeReport writes the machine, the method and the table, in Markdown.
-func (s *suite) writeReport(w io.Writer, rows []*row, took time.Duration) {
+// writeReport writes the machine, the method and the tables, in Markdown.
+func (s *suite) writeReport(w io.Writer, rows []*row, driven []*gocqlRow, took time.Duration) {
 	fmt.Fprintf(w, "Machine: %s. Run took %s, started at load average %s.\n\n", machine(), took.Round(time.Second), loadAverage())
 	if s.pin {
-		fmt.Fprintln(w, "Pinning: the load generator and the fake upstream on CPU 0, cqlguard on CPU 1.")
+		fmt.Fprintln(w, "Pinning: the load generators and the fake upstream on CPU 0, the proxy (cqlguard, the Go relay, HAProxy) on CPU 1.")
 	} else {
-		fmt.Fprintln(w, "Pinning: none; the load generator, the fake upstream and cqlguard share the CPUs.")
+		fmt.Fprintln(w, "Pinning: none; the load generators, the fake upstream and the proxies share the CPUs.")
 	}
+	if len(rows) > 0 {
+		s.writePipelinedTable(w, rows)
+	}
+	if len(driven) > 0 {
+		fmt.Fprintln(w)
+		s.writeGocqlTable(w, driven)
+	}
+}
+
+// writePipelinedTable writes the load generator's rows as a Markdown
+// table.
+func (s *suite) writePipelinedTable(w io.Writer, rows []*row) {
 	fmt.Fprintf(w, "Throughput: %d connections x %d requests in flight, %s warmup then %s measured. "+
 		"Latency: %.0f requests/s over %d connections, %s warmup then %s measured.\n\n",
 		s.conns, s.concurrency, s.satWarmup, s.satDuration, s.latRate, s.conns, s.latWarmup, s.latDuration)
-	fmt.Fprintln(w, "| workload | path | req/s | vs direct | p50 | p99 | p99.9 | CPU µs/req | allocs/req | RSS MiB | load+upstream CPU µs/req |")
-	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| workload | path | req/s | vs direct | p50 | p99 | p99.9 | CPU µs/req | allocs/req | RSS MiB | load+upstream CPU µs/req | vs relay |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
 		fmt.Fprintln(w, r.markdown())
 	}
 	fmt.Fprint(w, `
 req/s: answered requests per second, saturated. p50, p99, p99.9: latency at the fixed rate,
-measured by the load generator; through cqlguard, the difference from the direct p50 in
-brackets. CPU µs/req: cqlguard's user and system time (/proc/<pid>/stat) per request it
-received, saturated / at the fixed rate. allocs/req: cqlguard's go_memstats_mallocs_total
-per request, less what the scrapes of /metrics allocate, saturated / at the fixed rate; ±
-is what the scrapes' own variation could account for. RSS: cqlguard's resident set after
-the saturated run. load+upstream CPU µs/req: the load generator's and the fake upstream's
-CPU time per request, saturated: what the other side pays, more when cqlguard's writes
-carry fewer requests each.
+measured by the load generator; through a proxy, the difference from the direct p50 in
+brackets. CPU µs/req: the proxy's user and system time (/proc/<pid>/stat) per request it
+received (cqlguard's count; the relay's, the load generator's), saturated / at the fixed
+rate. allocs/req: cqlguard's go_memstats_mallocs_total per request, less what the scrapes
+of /metrics allocate, saturated / at the fixed rate; ± is what the scrapes' own variation
+could account for. RSS: the proxy's resident set after the saturated run. load+upstream CPU
+µs/req: the load generator's and the fake upstream's CPU time per request, saturated: what
+the other side pays, more when the proxy's writes carry fewer requests each. vs relay:
+cqlguard's req/s, saturated CPU µs/req and added p50 divided by the Go relay's on the same
+workload in the same run ("-" where the relay's figure is not above zero).
 `)
 }
 
 func (r *row) markdown() string {
-	const columns = 11
+	const columns = 12
 	if r.note != "" && r.sat.Answered() == 0 {
 		return fmt.Sprintf("| %s | %s | %s |%s", r.name, r.path, r.note, strings.Repeat(" |", columns-3))
 	}
@@ -64,20 +78,41 @@ func (r *row) markdown() string {
 	}
 	if c := r.cost; c != nil {
 		us := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/1e3) }
-		cells[7], cells[8] = us(c.cpuSat), allocs(c.allocsSat, c.allocsSatNoise)
+		cells[7] = us(c.cpuSat)
 		if c.cpuLat > 0 {
 			cells[7] += " / " + us(c.cpuLat)
-			cells[8] += " / " + allocs(c.allocsLat, c.allocsLatNoise)
+		}
+		if c.fromMetrics {
+			cells[8] = allocs(c.allocsSat, c.allocsSatNoise)
+			if c.cpuLat > 0 {
+				cells[8] += " / " + allocs(c.allocsLat, c.allocsLatNoise)
+			}
 		}
 		cells[9] = fmt.Sprintf("%.1f", float64(c.rss)/(1<<20))
 	}
 	if r.sideCPU > 0 {
 		cells[10] = fmt.Sprintf("%.2f", float64(r.sideCPU)/1e3)
 	}
+	cells[11] = r.vsRelay()
 	if r.note != "" {
-		cells[10] += " " + r.note
+		cells[11] += " " + r.note
 	}
 	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+// vsRelay writes the row's req/s, saturated CPU per request and added p50
+// as ratios to the Go relay's row of the same load, the added p50s both
+// taken from the relay's direct row.
+func (r *row) vsRelay() string {
+	f := r.relay
+	if f == nil || r.cost == nil || f.cost == nil || f.sat.Answered() == 0 || r.sat.Answered() == 0 {
+		return ""
+	}
+	out := ratio(r.sat.Rate, f.sat.Rate) + " / " + ratio(float64(r.cost.cpuSat), float64(f.cost.cpuSat))
+	if d := f.direct; d != nil && d.lat.Answered() > 0 && r.lat.Answered() > 0 && f.lat.Answered() > 0 {
+		out += " / " + ratio(float64(r.lat.P50-d.lat.P50), float64(f.lat.P50-d.lat.P50))
+	}
+	return out
 }
 
 // allocs writes allocations per request, with the noise bound when it is

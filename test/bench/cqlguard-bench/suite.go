@@ -26,7 +26,9 @@ import (
 
 // suite runs the benchmark behind make bench: the fake upstream and
 // cqlguard as separate processes, the load generator as a third, each
-// workload direct to the upstream and through cqlguard, and one table.
+// workload direct to the upstream and through cqlguard, the uncompressed
+// ones also through a plain relay, and a load through gocql direct and
+// through each proxy (gocql.go); one table for each load.
 type suite struct {
 	self, cqlguard string
 	dir            string
@@ -41,10 +43,18 @@ type suite struct {
 	only                   string
 	rejectLimits           string
 	redisScript            string
+	haproxy                string
+
+	gocqlDuration, gocqlWarmup time.Duration
+	gocqlConcurrency           int
+	gocqlRuns                  int
 
 	upstreamAddr string
 	upstreamPid  int
 	procs        []*exec.Cmd
+	// relay is the Go relay once started, relayErr why it did not start.
+	relay    *proxy
+	relayErr error
 }
 
 // defaultRejectLimits limits bench.kv to one read a second per partition:
@@ -71,11 +81,19 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pin := fs.String("pin", "split", "split: the load generator and the upstream on CPU 0, cqlguard on CPU 1; none: no pinning")
 	fs.StringVar(&s.only, "only", "", "run only the workloads whose name contains this (say \"EXECUTE v4\")")
 	fs.StringVar(&s.redisScript, "redis-script", "test/redis/redis.sh", "script that installs and starts Redis, for the coordinated row")
+	fs.StringVar(&s.haproxy, "haproxy", "haproxy", "the haproxy binary, for the HAProxy rows (skipped when it is missing: test/haproxy/haproxy.sh install)")
+	fs.DurationVar(&s.gocqlDuration, "gocql-duration", 5*time.Second, "measured length of each gocql run")
+	fs.DurationVar(&s.gocqlWarmup, "gocql-warmup", time.Second, "warmup before each gocql run, after the session is up")
+	fs.IntVar(&s.gocqlConcurrency, "gocql-concurrency", 64, "requests in flight over all connections in the gocql runs")
+	fs.IntVar(&s.gocqlRuns, "gocql-runs", 1, "runs of each gocql row, reported as medians")
 	fs.StringVar(&s.rejectLimits, "reject-limits", "", "YAML file with the limits section that makes cqlguard reject every request of the rejected row (default: bench.kv at 1 read/s)")
 	out := fs.String("out", "", "also write the table to this file")
 	fs.BoolVar(&s.verbose, "v", false, "print each run's summary")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if s.gocqlRuns < 1 {
+		return fmt.Errorf("-gocql-runs %d: want at least 1", s.gocqlRuns)
 	}
 	s.latWarmup = time.Second
 	switch *pin {
@@ -110,8 +128,12 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	driven, err := s.gocqlRows(ctx)
+	if err != nil {
+		return err
+	}
 	var table bytes.Buffer
-	s.writeReport(&table, rows, time.Since(started))
+	s.writeReport(&table, rows, driven, time.Since(started))
 	stdout.Write(table.Bytes())
 	if *out != "" {
 		return os.WriteFile(*out, table.Bytes(), 0o644)
@@ -154,13 +176,17 @@ type row struct {
 	name, path string
 	sat, lat   load.Summary  // saturating and fixed-rate runs
 	sideCPU    time.Duration // load generator and upstream CPU per request, saturated
-	cost       *proxyCost    // through cqlguard
+	cost       *proxyCost    // through a proxy
 	direct     *row          // the direct row to compare with
+	relay      *row          // the Go relay's row of the same load, if it ran
 	note       string
 }
 
-// proxyCost is what cqlguard spent, per request it received.
+// proxyCost is what a proxy spent, per request it received. The
+// allocations are cqlguard's only (fromMetrics): the relay and HAProxy
+// have no /metrics.
 type proxyCost struct {
+	fromMetrics          bool
 	cpuSat, cpuLat       time.Duration // CPU per request, saturated and at the fixed rate
 	allocsSat, allocsLat float64
 	// The allocations per request that the scrapes' own variation could
@@ -169,38 +195,60 @@ type proxyCost struct {
 	rss                            int64
 }
 
+// runAll measures the pipelining load generator's rows.
 func (s *suite) runAll(ctx context.Context) ([]*row, error) {
 	if err := s.startUpstream(ctx); err != nil {
 		return nil, err
 	}
-	px, err := s.startProxy(ctx, "cqlguard", "")
-	if err != nil {
-		return nil, fmt.Errorf("starting cqlguard: %w", err)
-	}
+	var px *proxy
 	var rows []*row
+	relays := map[string]*row{}
 	for _, w := range workloads() {
 		if s.only != "" && !strings.Contains(w.String(), s.only) {
 			continue
 		}
+		if px == nil {
+			var err error
+			if px, err = s.startProxy(ctx, "cqlguard", ""); err != nil {
+				return nil, fmt.Errorf("starting cqlguard: %w", err)
+			}
+		}
 		spec := load.DefaultSpec()
 		spec.Version, spec.Compression, spec.Mode, spec.Conns = w.version, w.comp, w.mode, s.conns
 		direct := &row{name: w.String(), path: "direct"}
-		via := &row{name: w.String(), path: "cqlguard", direct: direct, cost: &proxyCost{}}
 		spec.Addr = s.upstreamAddr
 		if err := s.measure(ctx, spec, direct, nil); err != nil {
 			return nil, err
 		}
+		rows = append(rows, direct)
+		// The relay reads no byte: its cost depends on the workload only
+		// through the bytes, and the uncompressed workloads show it.
+		var floor *row
+		if w.comp == frame.CompressionNone {
+			floor = &row{name: w.String(), path: relayPath, direct: direct, cost: &proxyCost{}}
+			if rl, err := s.startRelay(ctx); err != nil {
+				floor.note = "TODO: " + firstLine(err.Error())
+			} else {
+				spec.Addr = rl.addr
+				if err := s.measure(ctx, spec, floor, rl); err != nil {
+					return nil, err
+				}
+			}
+			rows = append(rows, floor)
+			relays[w.String()] = floor
+		}
+		via := &row{name: w.String(), path: "cqlguard", direct: direct, relay: floor, cost: &proxyCost{}}
 		spec.Addr = px.addr
 		if err := s.measure(ctx, spec, via, px); err != nil {
 			return nil, err
 		}
-		rows = append(rows, direct, via)
+		rows = append(rows, via)
 	}
 	if s.only == "" || strings.Contains("rejected", s.only) {
 		rows = append(rows, s.rejectedRow(ctx))
 	}
 	if s.only == "" || strings.Contains("counted, coordinated", s.only) {
-		rows = append(rows, s.coordinatedRows(ctx)...)
+		rows = append(rows, s.coordinatedRows(ctx, relays["EXECUTE v4 none"])...)
 	}
 	return rows, nil
 }
@@ -214,8 +262,9 @@ func (s *suite) measure(ctx context.Context, spec load.Spec, r *row, px *proxy) 
 	if err != nil {
 		return err
 	}
-	r.sat, r.sideCPU = sum, c.sidePerRequest(sum.Rate)
+	r.sat, r.sideCPU = sum, c.perRequest(c.side, sum.Rate)
 	if px != nil {
+		r.cost.fromMetrics = px.metricsURL != ""
 		r.cost.cpuSat, r.cost.allocsSat, r.cost.allocsSatNoise, r.cost.rss = c.cpu, c.allocs, c.allocsNoise, c.rss
 	}
 	fmt.Fprintf(s.stderr, " %.0f req/s; at %.0f req/s...", r.sat.Rate, s.latRate)
@@ -235,19 +284,23 @@ type sampledCost struct {
 	window time.Duration
 	// side is the CPU time of the load generator and the fake upstream.
 	side time.Duration
-	// The proxy's, per request it received, when there is one.
+	// proxyCPU is the proxy's CPU time, when there is one.
+	proxyCPU time.Duration
+	// The proxy's, per request it received: counted by cqlguard's
+	// /metrics, or for a proxy without them, taken as what the load
+	// generator answered at its rate over the window.
 	cpu                 time.Duration
 	allocs, allocsNoise float64
 	rss                 int64
 }
 
-// sidePerRequest is the load generator's and upstream's CPU per request,
-// at the run's rate.
-func (c sampledCost) sidePerRequest(rate float64) time.Duration {
+// perRequest spreads CPU time spent over the window across the requests
+// answered in it at rate.
+func (c sampledCost) perRequest(cpu time.Duration, rate float64) time.Duration {
 	if rate <= 0 || c.window <= 0 {
 		return 0
 	}
-	return time.Duration(float64(c.side) / (rate * c.window.Seconds()))
+	return time.Duration(float64(cpu) / (rate * c.window.Seconds()))
 }
 
 // runLoad runs the load generator as a process pinned beside the
@@ -262,6 +315,13 @@ func (s *suite) runLoad(ctx context.Context, spec load.Spec, warmup, measured ti
 		"-dist", string(spec.Dist), "-hot-keys", strconv.FormatUint(spec.HotKeys, 10),
 		"-hot-fraction", strconv.FormatFloat(spec.HotFraction, 'f', -1, 64), "-opt-in", strconv.FormatBool(spec.OptIn),
 	}
+	return s.runLoader(ctx, args, spec.Addr, warmup, measured, px)
+}
+
+// runLoader runs a load command of this binary (args, which must print a
+// JSON list of one summary) as a process pinned beside the upstream, and
+// samples the processes' costs over the measured window.
+func (s *suite) runLoader(ctx context.Context, args []string, addr string, warmup, measured time.Duration, px *proxy) (load.Summary, sampledCost, error) {
 	cmd := s.command(ctx, 0, s.self, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -294,9 +354,12 @@ func (s *suite) runLoad(ctx context.Context, spec load.Spec, warmup, measured ti
 	if s.verbose {
 		load.WriteSummaries(s.stderr, sums)
 	}
+	if px != nil && px.metricsURL == "" {
+		smp.c.cpu = smp.c.perRequest(smp.c.proxyCPU, sums[0].Rate)
+	}
 	if len(sums[0].Errors) > 0 {
 		load.WriteSummaries(s.stderr, sums)
-		return sums[0], smp.c, fmt.Errorf("load against %s: connection errors", spec.Addr)
+		return sums[0], smp.c, fmt.Errorf("load against %s: errors", addr)
 	}
 	return sums[0], smp.c, nil
 }
@@ -312,25 +375,55 @@ func (s *suite) command(ctx context.Context, cpu int, name string, args ...strin
 
 func (s *suite) startUpstream(ctx context.Context) error {
 	cmd := s.command(ctx, 0, s.self, "upstream", "-listen", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
+	addr, err := s.startListening(cmd)
 	if err != nil {
-		return err
-	}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	s.procs = append(s.procs, cmd)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-	if err != nil || !ok {
-		return fmt.Errorf("fake upstream did not start: %q %v", line, err)
+		return fmt.Errorf("fake upstream did not start: %w", err)
 	}
 	s.upstreamAddr, s.upstreamPid = addr, cmd.Process.Pid
 	return nil
 }
 
-// proxy is a running cqlguard.
+// relayPath names the Go relay's rows.
+const relayPath = "Go relay"
+
+// startRelay starts the Go relay in front of the upstream, pinned as
+// cqlguard is, once; later calls return the same relay, or the same error.
+func (s *suite) startRelay(ctx context.Context) (*proxy, error) {
+	if s.relay != nil || s.relayErr != nil {
+		return s.relay, s.relayErr
+	}
+	cmd := s.command(ctx, 1, s.self, "relay", "-listen", "127.0.0.1:0", "-upstream", s.upstreamAddr)
+	addr, err := s.startListening(cmd)
+	if err != nil {
+		s.relayErr = fmt.Errorf("the Go relay did not start: %w", err)
+		return nil, s.relayErr
+	}
+	s.relay = &proxy{cmd: cmd, addr: addr}
+	return s.relay, nil
+}
+
+// startListening starts cmd, a command of this binary that prints
+// "listening on ADDR" once it listens, and returns ADDR.
+func (s *suite) startListening(cmd *exec.Cmd) (string, error) {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	s.procs = append(s.procs, cmd)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		return "", fmt.Errorf("%q %v", line, err)
+	}
+	return addr, nil
+}
+
+// proxy is a running proxy: cqlguard, or the Go relay or HAProxy, which
+// have no metricsURL.
 type proxy struct {
 	cmd        *exec.Cmd
 	addr       string
@@ -354,7 +447,8 @@ func (s *suite) startProxy(ctx context.Context, name, extra string) (*proxy, err
 		metricsURL: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])) + "/metrics",
 		logPath:    filepath.Join(s.dir, name+".log"),
 	}
-	cfg := fmt.Sprintf("listen: %s\nupstreams: [%s]\nadmin:\n  listen: 127.0.0.1:%d\nlog:\n  level: warn\n%s",
+	// /hot on, at its default size, said here so that every row keeps it.
+	cfg := fmt.Sprintf("listen: %s\nupstreams: [%s]\nadmin:\n  listen: 127.0.0.1:%d\n  hot_partitions: 100\nlog:\n  level: warn\n%s",
 		px.addr, s.upstreamAddr, ports[1], extra)
 	cfgPath := filepath.Join(s.dir, name+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
@@ -422,8 +516,8 @@ func (s *suite) startProxy(ctx context.Context, name, extra string) (*proxy, err
 }
 
 // sample measures, between from and from+window, the CPU time of the
-// load generator (pid) and of the upstream, and the proxy's costs per
-// request when px is set.
+// load generator (pid) and of the upstream, and the proxy's costs when px
+// is set: per request if it is cqlguard, whose /metrics count them.
 func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration, pid int, px *proxy) (sampledCost, error) {
 	c := sampledCost{window: window}
 	if !load.SleepUntil(ctx, from) {
@@ -442,7 +536,7 @@ func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration
 		if px == nil {
 			return side, proxy, nil, nil
 		}
-		if proxy, err = sampleProc(px.cmd.Process.Pid); err != nil {
+		if proxy, err = sampleProc(px.cmd.Process.Pid); err != nil || px.metricsURL == "" {
 			return side, proxy, nil, err
 		}
 		m, err = scrape(ctx, px.metricsURL)
@@ -463,6 +557,10 @@ func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration
 	if px == nil {
 		return c, nil
 	}
+	c.proxyCPU, c.rss = p1.cpu-p0.cpu, p1.rss
+	if px.metricsURL == "" {
+		return c, nil
+	}
 	requests := func(m metrics) float64 {
 		var n float64
 		for _, op := range []string{"QUERY", "EXECUTE", "BATCH"} {
@@ -474,10 +572,9 @@ func (s *suite) sample(ctx context.Context, from time.Time, window time.Duration
 	if n <= 0 {
 		return c, errors.New("no request went through cqlguard in the window")
 	}
-	c.cpu = time.Duration(float64(p1.cpu-p0.cpu) / n)
+	c.cpu = time.Duration(float64(c.proxyCPU) / n)
 	allocs := m1["go_memstats_mallocs_total"] - m0["go_memstats_mallocs_total"] - px.scrapeAllocs
 	c.allocs, c.allocsNoise = max(0, allocs)/n, px.scrapeNoise/n
-	c.rss = p1.rss
 	return c, nil
 }
 
@@ -509,7 +606,8 @@ func (s *suite) rejectedRow(ctx context.Context) *row {
 	spec.OptIn = true
 	var c sampledCost
 	r.sat, c, err = s.runLoad(ctx, spec, s.satWarmup, s.satDuration, px)
-	r.sideCPU = c.sidePerRequest(r.sat.Rate)
+	r.sideCPU = c.perRequest(c.side, r.sat.Rate)
+	r.cost.fromMetrics = true
 	r.cost.cpuSat, r.cost.allocsSat, r.cost.allocsSatNoise, r.cost.rss = c.cpu, c.allocs, c.allocsNoise, c.rss
 	if err != nil {
 		fmt.Fprintln(s.stderr, " failed")

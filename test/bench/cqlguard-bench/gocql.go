@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cqlguard/cqlguard/test/bench/load"
+)
+
+// gocqlMode is one load of the rows driven by gocql.
+type gocqlMode struct {
+	name       string
+	rate       float64 // requests/s; 0 saturates
+	noCoalesce bool
+}
+
+// gocqlModes are the loads users run, from saturated to light; at the
+// lightest the driver's write coalescing is off, so that each request is
+// its own write and wakes every process on its way on its own.
+var gocqlModes = []gocqlMode{
+	{name: "saturated"},
+	{name: "30000/s", rate: 30000},
+	{name: "10000/s, no coalescing", rate: 10000, noCoalesce: true},
+}
+
+// The paths of the gocql rows besides direct and the Go relay.
+const (
+	haproxyPath  = "HAProxy"
+	cqlguardPath = "cqlguard"
+)
+
+// gocqlRow is one line of the gocql table: a mode through one path, over
+// one or more runs.
+type gocqlRow struct {
+	mode          gocqlMode
+	path          string
+	runs          []gocqlRun
+	direct, relay *gocqlRow // the rows to compare with, in the same mode
+	note          string
+}
+
+// gocqlRun is one run's figures.
+type gocqlRun struct {
+	sum load.Summary
+	// cpu is the proxy's CPU time per request answered.
+	cpu time.Duration
+}
+
+// median returns the median of f over the row's runs (of the middle two
+// for an even count), or 0 without runs.
+func (r *gocqlRow) median(f func(gocqlRun) float64) float64 {
+	if r == nil || len(r.runs) == 0 {
+		return 0
+	}
+	vs := make([]float64, len(r.runs))
+	for i, run := range r.runs {
+		vs[i] = f(run)
+	}
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
+}
+
+// The figures of a run that the table reports, for median.
+func runRate(x gocqlRun) float64 { return x.sum.Rate }
+func runP50(x gocqlRun) float64  { return float64(x.sum.P50) }
+func runP99(x gocqlRun) float64  { return float64(x.sum.P99) }
+func runCPU(x gocqlRun) float64  { return float64(x.cpu) }
+
+// addedP50 is how much the row's median p50 exceeds the direct row's.
+func (r *gocqlRow) addedP50() (float64, bool) {
+	if r.direct == nil || len(r.runs) == 0 || len(r.direct.runs) == 0 {
+		return 0, false
+	}
+	return r.median(runP50) - r.direct.median(runP50), true
+}
+
+// gocqlTarget is a path the driver's requests take.
+type gocqlTarget struct {
+	path string
+	addr string
+	px   *proxy // nil: direct, or the path could not start
+	err  error  // why the path could not start
+}
+
+// gocqlRows measures each gocql mode direct, through the Go relay,
+// HAProxy and a cqlguard with the counted rows' limits and /hot on, in
+// s.gocqlRuns rounds. Within a round every path runs a mode before the
+// next mode starts, so that a mode's rows are measured close together.
+func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
+	var modes []gocqlMode
+	for _, m := range gocqlModes {
+		if s.only == "" || strings.Contains("gocql "+m.name, s.only) {
+			modes = append(modes, m)
+		}
+	}
+	if len(modes) == 0 {
+		return nil, nil
+	}
+	targets := []*gocqlTarget{{path: "direct", addr: s.upstreamAddr}, {path: relayPath}, {path: haproxyPath}, {path: cqlguardPath}}
+	for _, t := range targets[1:] {
+		switch t.path {
+		case relayPath:
+			t.px, t.err = s.startRelay(ctx)
+		case haproxyPath:
+			t.px, t.err = s.startHAProxy(ctx)
+		case cqlguardPath:
+			t.px, t.err = s.startProxy(ctx, "cqlguard-gocql", countedLimits)
+		}
+		if t.px != nil {
+			t.addr = t.px.addr
+		}
+	}
+	var rows []*gocqlRow
+	for _, m := range modes {
+		var direct, floor *gocqlRow
+		for _, t := range targets {
+			r := &gocqlRow{mode: m, path: t.path, direct: direct, relay: floor}
+			if t.err != nil {
+				r.note = "skipped: " + firstLine(t.err.Error())
+			}
+			switch t.path {
+			case "direct":
+				direct, r.direct = r, nil
+			case relayPath:
+				floor, r.relay = r, nil
+			}
+			rows = append(rows, r)
+		}
+	}
+	for round := range s.gocqlRuns {
+		for i, r := range rows {
+			t := targets[i%len(targets)]
+			if t.err != nil || r.note != "" {
+				continue
+			}
+			fmt.Fprintf(s.stderr, "gocql %-22s %-9s run %d of %d...", r.mode.name, r.path, round+1, s.gocqlRuns)
+			run, err := s.runGocql(ctx, t, r.mode)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				fmt.Fprintln(s.stderr, " failed")
+				r.note = "TODO: " + firstLine(err.Error())
+				continue
+			}
+			r.runs = append(r.runs, run)
+			fmt.Fprintf(s.stderr, " %.0f req/s, p50 %s\n", run.sum.Rate, load.FormatLatency(run.sum.P50))
+		}
+	}
+	return rows, nil
+}
+
+// runGocql runs the gocql load generator once against t in mode m.
+func (s *suite) runGocql(ctx context.Context, t *gocqlTarget, m gocqlMode) (gocqlRun, error) {
+	args := []string{"gocql", "-summary-json", "-addr", t.addr,
+		"-conns", strconv.Itoa(s.conns), "-concurrency", strconv.Itoa(s.gocqlConcurrency),
+		"-rate", strconv.FormatFloat(m.rate, 'f', -1, 64),
+		"-duration", s.gocqlDuration.String(), "-warmup", s.gocqlWarmup.String(),
+	}
+	if m.noCoalesce {
+		args = append(args, "-no-coalesce")
+	}
+	// The loader's clock starts once its session is up; sample from then
+	// on, well inside the measured time.
+	sum, c, err := s.runLoader(ctx, args, t.addr, s.gocqlWarmup+gocqlSessionStart, s.gocqlDuration-gocqlSessionStart, t.px)
+	if err != nil {
+		return gocqlRun{}, err
+	}
+	// The driver's answers, counted for every path alike (cqlguard's
+	// /metrics would also count the driver's own queries).
+	return gocqlRun{sum: sum, cpu: c.perRequest(c.proxyCPU, sum.Rate)}, nil
+}
+
+// gocqlSessionStart bounds how long the gocql loader takes from its start
+// to the start of its clock: the process, the session's first connection
+// and the statement's preparation.
+const gocqlSessionStart = 500 * time.Millisecond
+
+// startHAProxy starts haproxy in TCP mode in front of the upstream, pinned
+// as cqlguard is, from a configuration it writes: one frontend on a
+// loopback port, the upstream as the one server, no logging, and as many
+// threads as cqlguard has Ps (one CPU when pinned, every CPU when not).
+func (s *suite) startHAProxy(ctx context.Context) (*proxy, error) {
+	bin, err := exec.LookPath(s.haproxy)
+	if err != nil {
+		return nil, errors.New("haproxy is not installed (test/haproxy/haproxy.sh install)")
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	threads := runtime.NumCPU()
+	if s.pin {
+		threads = 1
+	}
+	px := &proxy{
+		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		logPath: filepath.Join(s.dir, "haproxy.log"),
+	}
+	cfgPath := filepath.Join(s.dir, "haproxy.cfg")
+	if err := os.WriteFile(cfgPath, []byte(haproxyConfig(px.addr, s.upstreamAddr, threads)), 0o644); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(px.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	// -db: in the foreground, one process, so that its pid is the one to
+	// sample.
+	px.cmd = s.command(ctx, 1, bin, "-db", "-f", cfgPath)
+	px.cmd.Stdout, px.cmd.Stderr = logFile, logFile
+	if err := px.cmd.Start(); err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, px.cmd)
+	exited := make(chan struct{})
+	go func() {
+		px.cmd.Wait()
+		close(exited)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("haproxy exited: %s", tail(px.logPath))
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", px.addr, time.Second); err == nil {
+			c.Close()
+			return px, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("haproxy not listening after 10s: %s", tail(px.logPath))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// haproxyConfig is a TCP relay from listen to upstream: no logging (no log
+// line at all), no health checks, timeouts far beyond a run.
+func haproxyConfig(listen, upstream string, threads int) string {
+	return fmt.Sprintf(`global
+    nbthread %d
+    maxconn 4096
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+
+frontend cql
+    bind %s
+    default_backend node
+
+backend node
+    server node %s
+`, threads, listen, upstream)
+}
+
+// writeGocqlTable writes the gocql rows as a Markdown table, with the
+// ratios of each proxy's row to the Go relay's in the same mode.
+func (s *suite) writeGocqlTable(w io.Writer, rows []*gocqlRow) {
+	runs := "one run each"
+	if s.gocqlRuns > 1 {
+		runs = fmt.Sprintf("medians of %d runs", s.gocqlRuns)
+	}
+	fmt.Fprintf(w, "gocql: prepared point reads of bench.kv, protocol v4, %d requests in flight over %d connections; "+
+		"%s warmup then %s measured, %s.\n\n", s.gocqlConcurrency, s.conns, s.gocqlWarmup, s.gocqlDuration, runs)
+	fmt.Fprintln(w, "| gocql load | path | req/s | p50 | p99 | added p50 | CPU µs/req | vs relay: req/s | vs relay: CPU/req | vs relay: added p50 |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		fmt.Fprintln(w, r.markdown())
+	}
+	fmt.Fprint(w, `
+req/s: answered requests per second. p50, p99: latency measured by the driver's goroutines,
+from the send (at a fixed rate, from when it was due for a request that waited for a free
+goroutine). added p50: the p50 less the direct row's. CPU µs/req: the proxy's user and system
+time (/proc/<pid>/stat) over the window, per request the driver got answered in it. vs relay: the row's req/s, CPU µs/req and added p50 divided by the
+Go relay's in the same mode ("-" where the relay's figure is not above zero).
+`)
+}
+
+func (r *gocqlRow) markdown() string {
+	const columns = 10
+	cells := make([]string, columns)
+	cells[0], cells[1] = "gocql "+r.mode.name, r.path
+	if len(r.runs) == 0 {
+		cells[2] = r.note
+		return "| " + strings.Join(cells, " | ") + " |"
+	}
+	cells[2] = fmt.Sprintf("%.0f", r.median(runRate))
+	cells[3], cells[4] = load.FormatLatency(time.Duration(r.median(runP50))), load.FormatLatency(time.Duration(r.median(runP99)))
+	added, hasAdded := r.addedP50()
+	if hasAdded {
+		cells[5] = fmt.Sprintf("%+.0fµs", added/1e3)
+	}
+	if r.path != "direct" {
+		cells[6] = fmt.Sprintf("%.2f", r.median(runCPU)/1e3)
+	}
+	if f := r.relay; f != nil && len(f.runs) > 0 {
+		cells[7] = ratio(r.median(runRate), f.median(runRate))
+		cells[8] = ratio(r.median(runCPU), f.median(runCPU))
+		if floorAdded, ok := f.addedP50(); ok && hasAdded {
+			cells[9] = ratio(added, floorAdded)
+		}
+	}
+	if r.note != "" {
+		cells[9] += " " + r.note
+	}
+	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+// ratio writes a/b, or "-" when b is not above zero.
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
