@@ -18,10 +18,13 @@ build:
 demo:
 	bash test/demo.sh
 
-# test runs everything CI runs: lint, unit and race tests (with a Redis it
-# installs), a bounded fuzz run of every fuzz target, and the integration
+# test runs everything CI runs: lint, unit and race tests (with the Redis and
+# Prometheus it installs), a bounded fuzz run of every fuzz target, and the integration
 # tests against a real Cassandra with gocql and the Python, Node, Java and
-# Rust drivers, and three cqlguard processes coordinated through Redis.
+# Rust drivers, three cqlguard processes coordinated through Redis, the
+# Grafana dashboard's queries and the alerting rules against a real
+# Prometheus, the Kubernetes manifests decoded strictly, and cqlguard top
+# driven under tmux.
 test: lint unit fuzz integration
 
 $(STATICCHECK):
@@ -32,10 +35,13 @@ lint: $(STATICCHECK)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-# unit installs Redis first (Debian's package, test/redis/redis.sh): the
-# fleet-wide limits' tests start their own on loopback ports.
+# unit installs Redis and Prometheus first (Debian's packages,
+# test/redis/redis.sh and test/prometheus/prometheus.sh): the fleet-wide
+# limits' tests start their own Redis on loopback ports, and promtool tests
+# every alerting rule.
 unit:
 	bash test/redis/redis.sh install
+	bash test/prometheus/prometheus.sh install
 	$(GO) test -race -count=1 ./...
 
 fuzz:
