@@ -35,12 +35,22 @@ func newBound(max int, waits func()) *bound {
 // the taker holds already. It gives up, reporting false and having taken
 // nothing, once stopped is set (the taker's connection is closing).
 func (b *bound) take(k int64, stopped *atomic.Bool, held *atomic.Int64) bool {
+	return b.takeOr(k, stopped, held, nil)
+}
+
+// takeOr is take that calls before, when not nil, before it waits: a taker
+// that holds queued work must send it on, or the room it waits for may
+// never come.
+func (b *bound) takeOr(k int64, stopped *atomic.Bool, held *atomic.Int64, before func()) bool {
 	if b.max == 0 {
 		b.n.Add(k)
 		return true
 	}
 	if b.tryTake(k, held) {
 		return true
+	}
+	if before != nil {
+		before()
 	}
 	b.waits()
 	b.mu.Lock()

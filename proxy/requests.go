@@ -36,6 +36,11 @@ func (s *session) serveRequests() error {
 			// nothing of max_frame_bytes_total.
 			s.fromClient.Release()
 			s.fromClient.Shrink()
+			// Everything this read gave is handled: one write each way
+			// for all of it.
+			if err := s.push(); err != nil {
+				return err
+			}
 			s.clientIn.park()
 			s.clientIn.wait()
 		}
@@ -90,7 +95,7 @@ func (s *session) serveRequests() error {
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
 		// more is read from this client until some request is answered.
-		if !s.p.inflight.take(1, &s.stopped, nil) {
+		if !s.p.inflight.takeOr(1, &s.stopped, nil, s.pushQuietly) {
 			return net.ErrClosed
 		}
 		// The stream is recorded before forwarding so that a fast response
@@ -115,6 +120,9 @@ func (s *session) serveRequests() error {
 		// nothing more from this client until one is answered.
 		if full {
 			m.inFlightWaits.Inc()
+			if err := s.push(); err != nil {
+				return err
+			}
 			s.mu.Lock()
 			for s.streams.inflight >= max && !s.halted {
 				s.full = true
@@ -125,6 +133,9 @@ func (s *session) serveRequests() error {
 		if h.Opcode == frame.OpStartup && h.Version >= 5 {
 			// v5 framing starts once the upstream has answered STARTUP, and
 			// the client's next bytes may already be segments: wait.
+			if err := s.push(); err != nil {
+				return err
+			}
 			if !<-s.handshake {
 				continue
 			}
@@ -132,6 +143,23 @@ func (s *session) serveRequests() error {
 		}
 	}
 }
+
+// push writes what the request path queued both ways: the requests it
+// forwards and the answers it made itself. It is called before the path
+// waits for anything, so that nothing it queued waits with it.
+func (s *session) push() error {
+	// The client's answers first: a failure to write them is the
+	// client's, which its next read reports.
+	s.toClient.Push()
+	if err := s.toUpstream.Push(); err != nil {
+		return fmt.Errorf("%w: %w", errForward, err)
+	}
+	return nil
+}
+
+// pushQuietly is push for a wait that reports no error: a failed write
+// stops its writer, and the next Write says so.
+func (s *session) pushQuietly() { s.push() }
 
 // badStream returns the reason and message to refuse a request on stream
 // id with, or "" for an id that may carry a new request: not negative and

@@ -24,6 +24,11 @@ func (s *session) serveResponses() error {
 		if s.fromUpstream.Buffered() == 0 {
 			s.fromUpstream.Release()
 			s.fromUpstream.Shrink()
+			// Everything this read gave is handled: one write to the
+			// client for all of it.
+			if err := s.toClient.Push(); err != nil {
+				return fmt.Errorf("%w: %w", errClientGone, err)
+			}
 			s.upstreamIn.park()
 			s.upstreamIn.wait()
 		}

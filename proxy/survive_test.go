@@ -652,6 +652,8 @@ func TestBufferedBytesTotal(t *testing.T) {
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
+	go w1.Push()
+	go w2.Push()
 	if got := read(peer1, 600); !bytes.Equal(got, frameOf('b', 600)) {
 		t.Fatal("w1: second frame garbled")
 	}
@@ -672,6 +674,7 @@ func TestBufferedBytesTotal(t *testing.T) {
 
 	// A writer waiting on the budget when it closes gives up.
 	w2.Write(frameOf('d', 600)) // held being written: peer2 reads no more
+	go w2.Push()
 	w1.Write(frameOf('e', 600)) // over the bound, w1 holding none
 	stuck := make(chan error, 1)
 	waited := waits.Load()

@@ -12,16 +12,19 @@ import (
 // errWriterClosed is returned by writes after the writer has stopped.
 var errWriterClosed = errors.New("connection closed")
 
-// writer is the one goroutine that writes to a socket. Frames from any
-// goroutine are appended to a pending buffer and written together by the
-// flush loop, so a burst of small frames costs one syscall. The pending
-// buffer is bounded: a peer that stops reading blocks the producers, which
-// stops the proxy reading from the other side instead of buffering.
-//
-// The flush loop runs only while there is something to write: the Write
-// that finds it stopped starts it, and it ends once it has written
-// everything queued, so that an idle connection, the many a driver keeps
-// open, costs no goroutine for its writers.
+// writer writes frames to a socket from several goroutines. Write queues
+// frames; Push writes what is queued on the calling goroutine, unless
+// another goroutine is writing already, which then writes it too. A path
+// that queues every frame one read of its socket gave and pushes once
+// before it waits for the next read costs one system call per read, and
+// hands nothing to another goroutine: the wake-up a hand-off costs is as
+// much as the write itself for the small frames of a request-response
+// driver. The pending buffer is bounded: a peer that stops reading blocks
+// the producers, which stops the proxy reading from the other side
+// instead of buffering; a producer that would wait for room first starts
+// the flush loop, a goroutine that writes what is queued until nothing is,
+// then ends, so that an idle connection, the many a driver keeps open,
+// costs no goroutine for its writers.
 type writer struct {
 	conn   net.Conn
 	max    int    // pending bytes past which Write blocks
@@ -39,7 +42,7 @@ type writer struct {
 	err     error
 	closed  bool
 	busy    bool // the flush loop is writing
-	running bool // the flush loop's goroutine has started and not ended
+	running bool // the flush loop runs, on a goroutine of its own or in Push
 
 	// Owned by the flush loop; the goroutine of one run hands them to the
 	// next through mu.
@@ -61,10 +64,10 @@ func newBudgetWriter(conn net.Conn, maxPending int, budget *bound) *writer {
 	return w
 }
 
-// Write queues one or more whole frames. It copies f, so the caller may
-// reuse it as soon as Write returns.
+// Write queues one or more whole frames; Push, Flush or Close writes
+// them. It copies f, so the caller may reuse it as soon as Write returns.
 func (w *writer) Write(f []byte) error {
-	if w.budget != nil && !w.budget.take(int64(len(f)), &w.stopped, &w.held) {
+	if w.budget != nil && !w.budget.takeOr(int64(len(f)), &w.stopped, &w.held, w.kick) {
 		w.mu.Lock()
 		err := w.err
 		w.mu.Unlock()
@@ -76,6 +79,7 @@ func (w *writer) Write(f []byte) error {
 	w.held.Add(int64(len(f)))
 	w.mu.Lock()
 	for len(w.pending) > 0 && len(w.pending)+len(f) > w.max && !w.closed {
+		w.kickLocked()
 		w.room.Wait()
 	}
 	if w.closed {
@@ -91,12 +95,43 @@ func (w *writer) Write(f []byte) error {
 	if w.segs == nil {
 		w.raw = len(w.pending)
 	}
-	if !w.running {
+	w.mu.Unlock()
+	return nil
+}
+
+// Push writes what is queued, on the calling goroutine, and returns once
+// nothing is; if another goroutine is writing, it returns at once and that
+// one writes it too. It returns the error that stopped the writer, if any.
+func (w *writer) Push() error {
+	w.mu.Lock()
+	if w.running || len(w.pending) == 0 {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.running = true
+	w.mu.Unlock()
+	w.loop()
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	return err
+}
+
+// kick starts the flush loop on a goroutine of its own if something is
+// queued and nothing writes it: for a producer about to wait, which must
+// not hold back what it queued.
+func (w *writer) kick() {
+	w.mu.Lock()
+	w.kickLocked()
+	w.mu.Unlock()
+}
+
+func (w *writer) kickLocked() {
+	if !w.running && len(w.pending) > 0 {
 		w.running = true
 		go w.run()
 	}
-	w.mu.Unlock()
-	return nil
 }
 
 // UseSegments makes every frame queued after this call travel in v5
@@ -113,6 +148,7 @@ func (w *writer) UseSegments(compressed bool) {
 // writer has stopped.
 func (w *writer) Flush() {
 	w.mu.Lock()
+	w.kickLocked()
 	for (len(w.pending) > 0 || w.busy) && !w.closed {
 		w.room.Wait()
 	}
@@ -123,6 +159,7 @@ func (w *writer) Flush() {
 // for that.
 func (w *writer) Close() {
 	w.mu.Lock()
+	w.kickLocked()
 	w.closed = true
 	w.room.Broadcast()
 	w.mu.Unlock()

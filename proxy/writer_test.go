@@ -35,6 +35,7 @@ func TestWriterBackPressure(t *testing.T) {
 			default:
 			}
 		}
+		w.Push()
 	}()
 	// The producer waits once the next frame would pass the bound.
 	var pending int
@@ -75,6 +76,7 @@ func TestWriterSwitchesToSegments(t *testing.T) {
 	w.Write(ready)
 	w.UseSegments(false)
 	w.Write(result)
+	go w.Push()
 	want := append(append([]byte{}, ready...), frame.NewSegmentWriter(false).AppendFrames(nil, result)...)
 	b := make([]byte, len(want))
 	if _, err := io.ReadFull(peer, b); err != nil || !bytes.Equal(b, want) {
@@ -84,8 +86,8 @@ func TestWriterSwitchesToSegments(t *testing.T) {
 	w.Close()
 }
 
-// The flush loop's goroutine runs only while frames wait to be written:
-// an idle writer has none, nor large buffers, and the next Write starts it
+// The flush loop runs only while frames wait to be written: an idle
+// writer runs none, keeps no large buffers, and the next Push runs it
 // again.
 func TestWriterLoopOnlyWhileWriting(t *testing.T) {
 	c, peer := tcpPair(t, "127.0.0.1:0")
@@ -97,7 +99,7 @@ func TestWriterLoopOnlyWhileWriting(t *testing.T) {
 		return w.running
 	}
 	if running() {
-		t.Fatal("flush loop running before the first Write")
+		t.Fatal("flush loop running before the first Push")
 	}
 	small := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 4})
 	small = append(small, 0, 0, 0, 1)
@@ -115,6 +117,7 @@ func TestWriterLoopOnlyWhileWriting(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		go w.Push()
 		b := make([]byte, n*len(f))
 		if _, err := io.ReadFull(peer, b); err != nil || !bytes.Equal(b, bytes.Repeat(f, n)) {
 			t.Fatalf("round %d: frames arrived changed (%v)", round, err)
@@ -195,9 +198,9 @@ func tcpPair(tb testing.TB, addr string) (net.Conn, net.Conn) {
 	return c, peer
 }
 
-// BenchmarkWriterRoundTrip writes one frame at a time and waits for the
-// peer to echo it, as a request-response client makes the proxy do: each
-// frame finds the writer idle.
+// BenchmarkWriterRoundTrip writes and pushes one frame at a time and waits
+// for the peer to echo it, as a request-response client makes the proxy
+// do: each frame finds the writer idle.
 func BenchmarkWriterRoundTrip(b *testing.B) {
 	c, peer := tcpPair(b, "127.0.0.1:0")
 	go io.Copy(peer, peer)
@@ -209,6 +212,9 @@ func BenchmarkWriterRoundTrip(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := w.Write(f); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Push(); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := io.ReadFull(c, back); err != nil {
