@@ -118,14 +118,16 @@ func run(proxyAddr, admin string, seconds int) error {
 	fmt.Printf("total uniform: %d ok, %d limited, %d failed; hot: %d ok, %d limited, %d failed\n",
 		u[0], u[1], u[2], h[0], h[1], h[2])
 	fmt.Print(`The uniform clients are never limited: each of their partitions is far under
-its limit. The hot partition gets about its limit from the second second on.
-The first second lets more through, by design: the limiter (ScyllaDB's) counts
-a partition's operations in a counter halved every wall-clock second, accepts
-everything while the count is under twice the limit and then a share that
-shrinks as it grows. A partition new to the limiter starts at zero, so up to
-twice the limit, plus that shrinking share, passes before the count has
-caught up with the load; from then on each second starts from half the last
-one's count and about the limit passes (docs/limiter.md).
+its limit. The hot partition gets about its limit once the load on it is
+steady; more passes while the load grows, by design. The limiter (ScyllaDB's)
+counts a partition's operations in a counter halved every wall-clock second,
+accepts everything while the count is under twice the limit, then a share
+that shrinks as the count grows: when each second offers as much as the last,
+that leaves the limit. A partition new to the limiter starts at zero, and a
+load that keeps growing (here the hot clients speed up as refusals come back
+faster than answers) starts each second from half of a count that lags
+behind it: the first seconds let several times the limit through, and the
+excess shrinks as the load levels off (docs/limiter.md).
 `)
 	return printProxyCounts(admin)
 }
