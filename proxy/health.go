@@ -100,12 +100,7 @@ func (p *Proxy) watchUpstreams(stop <-chan struct{}) {
 		return !stopped
 	}
 	defer use(nil)
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	for !stopping(stop) {
 		if cur == nil {
 			u, addr, err := p.dialUpstream()
 			if err != nil {
@@ -121,31 +116,30 @@ func (p *Proxy) watchUpstreams(stop <-chan struct{}) {
 			if !use(&healthConn{u: u, addr: addr, r: frame.NewReader(bufio.NewReaderSize(u.conn, 4<<10), 1<<20)}) {
 				return
 			}
-		} else if err := cur.check(time.Duration(p.cfg.DialTimeout)); err != nil {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			p.health.set(cur.addr, err)
-			if !use(nil) {
-				return
-			}
-			continue // another node may answer
-		} else {
-			p.health.set(cur.addr, nil)
+			continue
 		}
-		if err := cur.idle(healthEvery); err != nil {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			p.health.set(cur.addr, err)
-			if !use(nil) {
-				return
-			}
+		// Wait on the connection, then ask the node again.
+		err := cur.idle(healthEvery)
+		if err == nil {
+			err = cur.check(time.Duration(p.cfg.DialTimeout))
 		}
+		if stopping(stop) {
+			return // an error here is the stop's own doing
+		}
+		p.health.set(cur.addr, err)
+		if err != nil && !use(nil) { // another node may answer
+			return
+		}
+	}
+}
+
+// stopping reports whether stop is closed.
+func stopping(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
 	}
 }
 
