@@ -21,7 +21,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cqlguard/cqlguard/ratelimit"
-	"github.com/cqlguard/cqlguard/test/fakenode"
 	"github.com/cqlguard/cqlguard/test/redistest"
 )
 
@@ -36,11 +35,7 @@ func TestPrometheus(t *testing.T) {
 	skipUnlessEnabled(t)
 	redisAddr := redistest.Start(t)
 	bin := buildCqlguard(t)
-	node, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(node.Close)
+	node := startFakeNode(t)
 	const limit = 50
 	p := startScaleOutProxy(t, bin, node.Addr(), ratelimit.AlgorithmTokenBucket, limit, redisAddr,
 		fmt.Sprintf("prometheus:%d:", time.Now().UnixNano()))

@@ -26,11 +26,7 @@ func TestScaleOut(t *testing.T) {
 	}
 	redisAddr := redistest.Start(t)
 	bin := buildCqlguard(t)
-	node, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(node.Close)
+	node := startFakeNode(t)
 	const limit, seconds = 1000, 10
 	t.Log("| algorithm | proxies | split | V/L | admitted/s, seconds 2-9 | of the curve | worst second | seconds to hold |")
 	t.Log("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -128,4 +124,15 @@ coordination: {addresses: [%s], key_prefix: %q}
 			t.Fatalf("cqlguard at %s not ready after 20 s", p.addr)
 		}
 	}
+}
+
+// startFakeNode starts a fake node on a loopback port until the test ends.
+func startFakeNode(t *testing.T) *fakenode.Node {
+	t.Helper()
+	node, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
+	return node
 }
