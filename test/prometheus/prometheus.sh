@@ -20,6 +20,8 @@
 # Needs apt-get (as root or with sudo) unless prometheus and promtool are
 # installed, and curl.
 set -euo pipefail
+# shellcheck source=test/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -35,44 +37,19 @@ installed() { command -v prometheus >/dev/null && command -v promtool >/dev/null
 
 install() {
   installed && return 0
-  command -v apt-get >/dev/null || die "prometheus missing and no apt-get here: install prometheus by hand"
-  local sudo=()
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || die "prometheus missing: install it as root (apt-get install prometheus)"
-    sudo=(sudo)
-  fi
   local log=${TMPDIR:-/tmp}/cqlguard-prometheus-install.log
   exec 8>"$log.lock"
   flock -w 600 8 || die "another prometheus.sh has been installing Prometheus for 10 minutes; giving up"
   installed && return 0
   say "installing prometheus with apt-get"
-  # The package's postinst starts a system Prometheus on 9090 unless
-  # policy-rc.d says no; the tests run their own. An existing policy-rc.d
-  # (as in containers) is left as it is.
-  local policy=/usr/sbin/policy-rc.d made=''
-  if [ ! -e "$policy" ]; then
-    "${sudo[@]}" sh -c "printf '#!/bin/sh\\nexit 101\\n' >$policy && chmod 755 $policy"
-    made=1
-    # shellcheck disable=SC2064 # sudo is local: expanded now, on purpose.
-    trap "${sudo[*]} rm -f $policy" EXIT
-  fi
   # Without recommends: the node exporter would be one more service.
-  local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300)
-  if ! "${apt[@]}" install -y --no-install-recommends prometheus >"$log" 2>&1; then
-    "${apt[@]}" update >>"$log" 2>&1 || { tail -5 "$log" >&2; die "apt-get update failed; log: $log"; }
-    "${apt[@]}" install -y --no-install-recommends prometheus >>"$log" 2>&1 ||
-      { tail -5 "$log" >&2; die "apt-get install prometheus failed; log: $log"; }
-  fi
-  if [ -n "$made" ]; then
-    "${sudo[@]}" rm -f "$policy"
-    trap - EXIT
-  fi
+  apt_install "$log" --no-install-recommends prometheus
   # Nor should the service start at the next boot.
   if command -v systemctl >/dev/null; then
-    "${sudo[@]}" systemctl disable --now prometheus >>"$log" 2>&1 || true
+    as_root systemctl disable --now prometheus >>"$log" 2>&1 || true
   fi
   if command -v update-rc.d >/dev/null; then
-    "${sudo[@]}" update-rc.d prometheus disable >>"$log" 2>&1 || true
+    as_root update-rc.d prometheus disable >>"$log" 2>&1 || true
   fi
   installed || die "prometheus or promtool still missing after apt-get install"
   say "installed $(prometheus --version 2>&1 | head -1)"

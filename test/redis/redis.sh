@@ -38,6 +38,8 @@
 # installed, and Go for start-tls (the certificate writer in
 # test/cassandra/certs).
 set -euo pipefail
+# shellcheck source=test/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -70,38 +72,12 @@ installed() { command -v redis-server >/dev/null && command -v redis-cli >/dev/n
 
 install() {
   installed && return 0
-  command -v apt-get >/dev/null || die "redis-server missing and no apt-get here: install redis-server and redis-tools by hand"
-  local sudo=()
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || die "redis-server missing: install it as root (apt-get install redis-server redis-tools)"
-    sudo=(sudo)
-  fi
   mkdir -p "$state"
   exec 8>"$state/install.lock"
   flock -w 600 8 || die "another redis.sh has been installing Redis for 10 minutes; giving up"
   installed && return 0
   say "installing redis-server and redis-tools with apt-get"
-  # The package's postinst starts a system Redis on 6379 unless policy-rc.d
-  # says no. The tests never use it, but nor should installing leave one
-  # running; an existing policy-rc.d (as in containers) is left as it is.
-  local policy=/usr/sbin/policy-rc.d made=''
-  if [ ! -e "$policy" ]; then
-    "${sudo[@]}" sh -c "printf '#!/bin/sh\\nexit 101\\n' >$policy && chmod 755 $policy"
-    made=1
-    # shellcheck disable=SC2064 # sudo is local: expanded now, on purpose.
-    trap "${sudo[*]} rm -f $policy" EXIT
-  fi
-  local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300)
-  # An empty or stale package list is refreshed once, when install needs it.
-  if ! "${apt[@]}" install -y redis-server redis-tools >"$state/install.log" 2>&1; then
-    "${apt[@]}" update >>"$state/install.log" 2>&1 || { tail -5 "$state/install.log" >&2; die "apt-get update failed; log: $state/install.log"; }
-    "${apt[@]}" install -y redis-server redis-tools >>"$state/install.log" 2>&1 ||
-      { tail -5 "$state/install.log" >&2; die "apt-get install redis-server redis-tools failed; log: $state/install.log"; }
-  fi
-  if [ -n "$made" ]; then
-    "${sudo[@]}" rm -f "$policy"
-    trap - EXIT
-  fi
+  apt_install "$state/install.log" redis-server redis-tools
   installed || die "redis-server or redis-cli still missing after apt-get install"
   say "installed $(redis-server --version | cut -d' ' -f1-3)"
 }
