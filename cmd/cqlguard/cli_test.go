@@ -17,13 +17,7 @@ func TestCLI(t *testing.T) {
 	t.Parallel()
 	bin := buildCqlguard(t)
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	good := write("good.yaml", "listen: 127.0.0.1:19042\nupstreams: [127.0.0.2:9042]\n")
 	bad := write("bad.yaml", "listen: 127.0.0.1:19042\nupstrems: [x:1]\n")
 	mendable := write("mendable.yaml", "upstreams: [no-port]\n")
@@ -98,4 +92,14 @@ func buildCqlguard(t *testing.T) string {
 		t.Fatalf("building: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// writeFile writes text to the file name in dir and returns its path.
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

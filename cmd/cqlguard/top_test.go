@@ -391,13 +391,7 @@ func TestAdminURL(t *testing.T) {
 // the environment, so it does not run in parallel.
 func TestParseTop(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	tokenFile := write("token", "from-file\n")
 	cfg := write("cqlguard.yaml", "admin: {listen: '127.0.0.5:9999', token_file: "+tokenFile+"}\n")
 	off := write("off.yaml", "admin: {listen: ''}\n")
