@@ -103,6 +103,12 @@ func (w *writer) Write(f []byte) error {
 // nothing is; if another goroutine is writing, it returns at once and that
 // one writes it too. It returns the error that stopped the writer, if any.
 func (w *writer) Push() error {
+	// Nothing queued or being written: the request path pushes its client
+	// writer after every read, and it seldom holds an answer, so the lock
+	// the response path also takes is left alone.
+	if w.held.Load() == 0 {
+		return nil
+	}
 	w.mu.Lock()
 	if w.running || len(w.pending) == 0 {
 		err := w.err
