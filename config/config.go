@@ -140,6 +140,9 @@ type Config struct {
 	// Coordination makes the limits hold for a fleet of proxies together,
 	// through Redis; reloadable.
 	Coordination CoordinationConfig `yaml:"coordination"`
+	// HotReads serves the reads of hot partitions by coalescing and a
+	// short cache; its tables are reloadable.
+	HotReads HotReadsConfig `yaml:"hot_reads"`
 
 	// file is the file the configuration was read from, and sum the
 	// SHA-256 of its contents, so that a Watcher can tell whether the file
@@ -326,6 +329,7 @@ func Default() Config {
 		DrainTimeout:             Duration(30 * time.Second),
 		Admin:                    AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100, ReadyNeedsSchema: true},
 		Coordination:             defaultCoordination(),
+		HotReads:                 defaultHotReads(),
 		Log:                      LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{
 			Algorithm:     ratelimit.AlgorithmScylla,
@@ -469,6 +473,7 @@ func (c *Config) Validate() error {
 	}
 	c.Coordination.validate(&ps)
 	c.Limits.validate(&ps)
+	c.HotReads.validate(&ps, c.Admin.HotPartitions)
 	return ps.err()
 }
 

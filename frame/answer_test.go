@@ -97,3 +97,13 @@ func TestResponseMessage(t *testing.T) {
 		t.Errorf("Void read as Set_keyspace %q", ks)
 	}
 }
+func TestSetStream(t *testing.T) {
+	f := AppendHeader(nil, Header{Version: 4, Response: true, Stream: 7, Opcode: OpResult, Length: 0})
+	for _, id := range []int16{0, 1, 255, 256, 32767, -1} {
+		SetStream(f, id)
+		h, err := ParseHeader(f)
+		if err != nil || h.Stream != id || h.Opcode != OpResult || h.Version != 4 || !h.Response {
+			t.Errorf("SetStream(%d): header %+v, %v", id, h, err)
+		}
+	}
+}

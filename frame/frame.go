@@ -146,3 +146,10 @@ func AppendHeader(dst []byte, h Header) []byte {
 func SetLength(f []byte) {
 	binary.BigEndian.PutUint32(f[5:9], uint32(len(f)-HeaderSize))
 }
+
+// SetStream sets the stream id in the header of frame f, which must hold
+// at least HeaderSize bytes of a v3 to v5 frame: the answer to one request
+// made the answer to another, identical one.
+func SetStream(f []byte, stream int16) {
+	binary.BigEndian.PutUint16(f[2:4], uint16(stream))
+}

@@ -61,8 +61,9 @@ func NewFlights[W any](maxFlights, maxWaiters int) *Flights[W] {
 }
 
 // Join looks for a flight identical to r at generation gen. If there is one
-// with room, it adds w to its waiters and returns (nil, true): the caller's
-// read waits for that flight's answer. Otherwise it registers a new flight
+// with room, it adds w to its waiters and returns it and true: the caller's
+// read waits for that flight's answer, and may read the flight's identity
+// (Read) until it is answered, as the flight is released only after. Otherwise it registers a new flight
 // for r (copying r's identity) led by the caller and returns (f, false); or
 // (nil, false) when the table is full or the identical flight has its
 // maxWaiters (the caller forwards without coalescing). A flight at another
@@ -81,7 +82,7 @@ func (f *Flights[W]) Join(r *Read, gen Gen, w W) (*Flight[W], bool) {
 		}
 		old.waiters = append(old.waiters, w)
 		s.joined++
-		return nil, true
+		return old, true
 	}
 	// An older flight, or one for another read that collides with r,
 	// gives way to the new one and takes no more waiters; its count

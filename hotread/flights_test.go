@@ -20,8 +20,8 @@ func TestFlights(t *testing.T) {
 		t.Fatalf("Read() = %+v, want a copy of the read that led", fl.Read())
 	}
 	for w := 1; w <= 3; w++ {
-		if got, joined := f.Join(baseRead(), Gen{}, w); got != nil || !joined {
-			t.Fatalf("Join %d = %v, %v; want to join", w, got, joined)
+		if got, joined := f.Join(baseRead(), Gen{}, w); got != fl || !joined {
+			t.Fatalf("Join %d = %v, %v; want to join the flight", w, got, joined)
 		}
 	}
 	if ws := f.Land(fl); !slices.Equal(ws, []int{1, 2, 3}) {

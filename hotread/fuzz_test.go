@@ -62,10 +62,11 @@ func FuzzIdentity(f *testing.F) {
 		}
 
 		fl := NewFlights[int](4, 4)
-		if lead, _ := fl.Join(a, Gen{}, 0); lead == nil {
+		first, _ := fl.Join(a, Gen{}, 0)
+		if first == nil {
 			t.Fatal("flights: the first Join did not lead")
 		}
-		if lead, joined := fl.Join(b, Gen{}, 1); joined != want || (lead == nil) != want {
+		if lead, joined := fl.Join(b, Gen{}, 1); joined != want || lead == nil || (lead == first) != want {
 			t.Fatalf("flights: Join %+v after %+v = %v, %v; want joined %v", b, a, lead, joined, want)
 		}
 	})

@@ -119,11 +119,12 @@ func TestIdentity(t *testing.T) {
 			}
 
 			f := NewFlights[int](10, 10)
-			if fl, joined := f.Join(baseRead(), Gen{}, 1); fl == nil || joined {
-				t.Fatalf("flights: first Join = %v, %v; want to lead", fl, joined)
+			first, joined := f.Join(baseRead(), Gen{}, 1)
+			if first == nil || joined {
+				t.Fatalf("flights: first Join = %v, %v; want to lead", first, joined)
 			}
 			fl, joined := f.Join(r, Gen{}, 2)
-			if joined != v.identical || (fl == nil) != v.identical {
+			if joined != v.identical || fl == nil || (fl == first) != v.identical {
 				t.Fatalf("flights: second Join = %v, %v; want joined %v", fl, joined, v.identical)
 			}
 		})

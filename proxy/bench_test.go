@@ -180,3 +180,87 @@ func BenchmarkGocqlThroughput(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHotReads pipelines identical reads of one partition of a table
+// under hot_reads, 128 in flight: answered from the cache, or coalesced
+// (the first read of each batch leads and the others wait for its answer),
+// against forwarded with hot_reads off. It reports the whole process's
+// allocations per request.
+func BenchmarkHotReads(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		table *config.HotReadsTable
+	}{
+		{"forwarded", nil},
+		{"cached", &config.HotReadsTable{CacheTTL: config.Duration(10 * time.Second)}},
+		{"coalesced", &config.HotReadsTable{Coalesce: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			up := echoUpstream(b, "127.0.0.1:0")
+			cfg := config.Default()
+			cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up}, ""
+			if bc.table != nil {
+				zero := config.OpsPerSecond(0)
+				t := *bc.table
+				t.HotRate = &zero
+				cfg.HotReads.Keyspaces = map[string]config.HotReadsKeyspace{"ks": {Tables: map[string]config.HotReadsTable{"kv": t}}}
+			}
+			p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(b)}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", cfg.Listen)
+			if err != nil {
+				b.Fatal(err)
+			}
+			go p.Serve(ln)
+			b.Cleanup(func() { ln.Close() })
+
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
+			c.Write(append(startup, 0, 0))
+			r := frame.NewReader(bufio.NewReaderSize(c, 64<<10), 1<<20)
+			if _, _, err := r.Next(); err != nil {
+				b.Fatal(err)
+			}
+			q := "SELECT * FROM ks.kv WHERE k = 1"
+			body := binary.BigEndian.AppendUint32(nil, uint32(len(q)))
+			body = append(body, q...)
+			body = append(body, 0, 1, 0) // consistency ONE, no flags
+			const inflight = 128
+			reqs := make([][]byte, inflight)
+			for i := range reqs {
+				reqs[i] = frame.AppendHeader(nil, frame.Header{Version: 4, Stream: int16(i), Opcode: frame.OpQuery, Length: len(body)})
+				reqs[i] = append(reqs[i], body...)
+			}
+			bw := bufio.NewWriterSize(c, 64<<10)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for sent := 0; sent < b.N; {
+				n := min(inflight, b.N-sent)
+				for i := range n {
+					bw.Write(reqs[i])
+				}
+				if err := bw.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				for range n {
+					if _, _, err := r.Next(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sent += n
+			}
+			b.StopTimer()
+			for _, o := range []string{"cached", "coalesced", "forwarded", "uncoalesced"} {
+				if bc.table != nil {
+					b.ReportMetric(metricValue(b, p.hotReads.served.WithLabelValues("ks", "kv", o))/float64(b.N), o+"/op")
+				}
+			}
+		})
+	}
+}

@@ -73,6 +73,19 @@ func (b *bound) takeOr(k int64, stopped *atomic.Bool, held *atomic.Int64, before
 	return true
 }
 
+// takeNow takes k if there is room now, without waiting.
+func (b *bound) takeNow(k int64) bool {
+	if b.max == 0 {
+		b.n.Add(k)
+		return true
+	}
+	return b.tryTake(k, nil)
+}
+
+// force takes k whether there is room or not: for what must not wait, and
+// is bounded otherwise.
+func (b *bound) force(k int64) { b.n.Add(k) }
+
 func (b *bound) tryTake(k int64, held *atomic.Int64) bool {
 	for {
 		n := b.n.Load()

@@ -74,6 +74,9 @@ type Classification struct {
 	// Overflow, when not nil, is a table of which the request touches
 	// more partitions than the classifier's bound; Pinned is then false.
 	Overflow *schema.Table
+	// observed is set once the hot partitions sketch counted the
+	// request's partition (serveHot), so that decide does not again.
+	observed bool
 }
 
 // pkSource says where a prepared statement's partition key component
@@ -98,12 +101,14 @@ type classifier struct {
 	// TIMEOUT clause, 0 when it has none: what dropUsingTimeout needs.
 	body           []byte
 	withoutTimeout int
-	rec            cql.Recognizer
-	key            schema.KeyBuilder
-	comps          []byte   // serialized key components, back to back
-	spans          [][2]int // component spans in comps, column after column
-	cols           []int    // column i's spans are spans[cols[i]:cols[i+1]]
-	odometer       []int
+	// consistency is the QUERY's or EXECUTE's consistency level.
+	consistency uint16
+	rec         cql.Recognizer
+	key         schema.KeyBuilder
+	comps       []byte   // serialized key components, back to back
+	spans       [][2]int // component spans in comps, column after column
+	cols        []int    // column i's spans are spans[cols[i]:cols[i+1]]
+	odometer    []int
 	// keys holds the partitions' keys back to back. When it grows, the
 	// keys already handed out keep the old array, which nothing writes to
 	// again, so they stay valid until the next request.
@@ -128,6 +133,7 @@ func (c *classifier) reset() {
 	c.use = false
 	c.indexed = false
 	c.withoutTimeout = 0
+	c.consistency = 0
 }
 
 // release drops what the classifier holds of the last request, which may

@@ -50,7 +50,7 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 			continue
 		}
 		label := labelOf(p.Table, c.Op)
-		if hot != nil {
+		if hot != nil && !c.observed {
 			hot.ObserveAt(now, p.Token, label, p.Key)
 		}
 		if !limited {

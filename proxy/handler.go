@@ -17,6 +17,9 @@ type action struct {
 	// will need.
 	forward []byte
 	req     request
+	// joined is set for a read that waits for an identical read's answer
+	// (hotreads.go): it is in flight, and nothing is forwarded.
+	joined bool
 }
 
 // handle decides what to do with request frame f, whose header is h,
@@ -61,6 +64,10 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		s.awaitingV5.Store(h.Version >= 5)
 	case frame.OpOptions:
 		req.reply = replySupported
+	case frame.OpAuthResponse:
+		if s.p.hotReads != nil {
+			s.principal = s.p.principalOf(s.principal, f[frame.HeaderSize:])
+		}
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
 		var unknown []byte
 		class, unknown = s.classify(f, h, &req)
@@ -92,15 +99,37 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		f = s.dropUsingTimeout(f, h)
 	}
 
+	// Hot reads: what a request may change is invalidated when it is
+	// answered; a hot read may be served without reaching the upstream.
+	var tables *hotTables
+	if s.p.hotReads != nil {
+		tables = s.p.hotReads.tables.Load()
+	}
+	if tables != nil {
+		req.wrote = s.writes(h, class, req.use)
+		if class != nil && class.Op == OpRead {
+			if act, ok := s.serveHot(h, class, &req, tables, now); ok {
+				return act
+			}
+		}
+	}
+
 	// Decide: a request over its partition's limit is answered here and
-	// never costs the upstream anything.
+	// never costs the upstream anything. Only reads that reach the
+	// upstream count: one served by a hot read costs it nothing.
 	if class != nil {
 		req.ddl = class.Op == OpNone && !class.Internal
 		if s.p.observe != nil {
 			s.p.observe(class)
 		}
 		if r, reject := s.decide(class, s.p.epochUnix+now); reject {
-			return action{answer: s.rateLimited(h, r)}
+			ans := s.rateLimited(h, r)
+			if req.flight != nil {
+				// The reads that joined this one are refused with it: their
+				// partition is over its limit too.
+				s.p.hotReads.refuse(req.flight, ans)
+			}
+			return action{answer: ans}
 		}
 	}
 	return action{forward: f, req: req}

@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,10 @@ type Proxy struct {
 	reads readBuffers
 	// hot tracks the busiest partitions for /hot; nil when turned off.
 	hot *ratelimit.TopK
+	// hotReads serves hot reads (hotreads.go); principalSeed keys the
+	// digests of credentials it tells connections apart by.
+	hotReads      *hotReads
+	principalSeed maphash.Seed
 	// adminToken is the bearer token /hot asks for; nil when none is set.
 	adminToken []byte
 	// tls is the configuration of client connections accepted now; nil
@@ -151,6 +156,8 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	if cfg.Admin.HotPartitions > 0 {
 		p.hot = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)
 	}
+	p.hotReads = newHotReads(cfg.HotReads, reg)
+	p.principalSeed = maphash.MakeSeed()
 	p.limiterStats = newLimiterCollector(p)
 	reg.MustRegister(p.limiterStats)
 	if err := p.initLimits(reg); err != nil {
@@ -176,6 +183,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	bg.Go(func() { p.watchSessions(time.Duration(cfg.UpstreamTimeout), stop) })
 	bg.Go(func() { p.watchUpstreams(stop) })
 	bg.Go(func() { p.watchGuard(stop) })
+	bg.Go(func() { p.expireWaits(stop) })
 	stopSchema := p.stopBg
 	p.stopBg = func() {
 		close(stop)

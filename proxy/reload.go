@@ -55,7 +55,8 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 }
 
 // Reload applies cfg, the configuration file loaded again, as far as it
-// can change while running: the limits section, and the certificates,
+// can change while running: the limits section, the tables of hot_reads,
+// and the certificates,
 // which are read again even when their paths did not change, since a
 // reload is how a renewed certificate takes effect. Requests see the new
 // limits as soon as it returns, and the old ones until then.
@@ -87,6 +88,9 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	}
 	if err == nil {
 		err = p.applyCoordination(cfg.Coordination)
+	}
+	if err == nil {
+		p.hotReads.apply(cfg.HotReads)
 	}
 	if err != nil {
 		p.ReloadFailed(cfg.File(), err)
@@ -151,6 +155,7 @@ func restartOnlyChanges(a, b config.Config) []string {
 	a.TLS, b.TLS = config.TLSConfig{}, config.TLSConfig{}
 	a.UpstreamTLS, b.UpstreamTLS = config.UpstreamTLSConfig{}, config.UpstreamTLSConfig{}
 	a.Coordination, b.Coordination = config.CoordinationConfig{}, config.CoordinationConfig{}
+	a.HotReads.Keyspaces, b.HotReads.Keyspaces = nil, nil
 	return changedKeys("", reflect.ValueOf(a), reflect.ValueOf(b), nil)
 }
 

@@ -37,7 +37,7 @@ func (s *safeBuffer) String() string {
 }
 
 // metricValue returns the value of a counter or gauge.
-func metricValue(t *testing.T, m prometheus.Metric) float64 {
+func metricValue(t testing.TB, m prometheus.Metric) float64 {
 	t.Helper()
 	var d dto.Metric
 	if err := m.Write(&d); err != nil {

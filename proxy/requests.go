@@ -91,6 +91,9 @@ func (s *session) serveRequests() error {
 			s.reply(act.answer)
 			continue
 		}
+		if act.joined {
+			continue
+		}
 		f, req := act.forward, act.req
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
@@ -243,7 +246,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		}
 		c := s.class.query(&q, snap)
 		req.reply, req.use = tableOf(&s.class.rec), s.class.use
-		s.class.body = body
+		s.class.body, s.class.consistency = body, q.Consistency
 		return c, nil
 	case frame.OpPrepare:
 		q, err := frame.QueryString(body)
@@ -267,7 +270,9 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		}
 		p = s.p.prepared.resolve(q.ID, p, snap, &s.class)
 		req.reply, req.prepared, req.use = p.table, p, p.use
-		return s.class.execute(&q, p, snap), nil
+		c := s.class.execute(&q, p, snap)
+		s.class.body, s.class.consistency = body, q.Consistency
+		return c, nil
 	case frame.OpBatch:
 		b, err := frame.ParseBatch(body, h.Version)
 		if err != nil {

@@ -43,11 +43,12 @@ func (s *session) serveResponses() error {
 			s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
 			s.mu.Lock()
 			s.activity++
-			_, ended := s.streams.end(h.Stream)
+			req, ended := s.streams.end(h.Stream)
 			s.wakeRequests()
 			s.mu.Unlock()
 			if ended {
 				s.p.inflight.give(1)
+				s.ended(req)
 			}
 			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
 			continue
@@ -72,6 +73,14 @@ func (s *session) serveResponses() error {
 			}
 			if req.use && h.Opcode == frame.OpResult {
 				s.learnKeyspace(f, h, comp)
+			}
+			// Before the client sees the answer: a read it sends next must
+			// not be served from before its write.
+			if req.wrote.kind != wroteNone {
+				s.p.hotReads.wrote(req.wrote)
+			}
+			if req.flight != nil {
+				s.land(req, f, h)
 			}
 		}
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/hotread"
 )
 
 // session is one client connection and its upstream connection.
@@ -83,6 +84,15 @@ type session struct {
 	quietTicks   int
 	// stalled is set when the watchdog closed the upstream connection.
 	stalled atomic.Bool
+
+	// Hot reads (hotreads.go). principal is the digest of the credentials
+	// the client gave, 0 for none; hotRead the identity of the read being
+	// handled; joinSeq numbers the reads that joined another. Request path
+	// only. joined counts this connection's reads waiting on another's.
+	principal uint64
+	hotRead   hotread.Read
+	joinSeq   uint32
+	joined    atomic.Int32
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
@@ -330,13 +340,19 @@ func (s *session) failInFlight(err error) {
 		version uint8
 	}
 	var lost []stream
+	var ended []request
 	s.mu.Lock()
 	s.streams.each(func(id int16, r request) { lost = append(lost, stream{id, r.version}) })
 	for _, l := range lost {
-		s.streams.end(l.id)
+		if r, _ := s.streams.end(l.id); r.wrote.kind != wroteNone || r.flight != nil || r.joined != nil {
+			ended = append(ended, r)
+		}
 	}
 	s.wakeRequests()
 	s.mu.Unlock()
+	for _, r := range ended {
+		s.ended(r)
+	}
 	s.p.inflight.give(len(lost))
 	if len(lost) == 0 {
 		return
@@ -359,9 +375,21 @@ func (s *session) failInFlight(err error) {
 // nobody is left to answer, and the upstream is not at fault. It is called
 // once the response path has stopped; giveBack returns their slots.
 func (s *session) abandonInFlight() {
+	var ended []request
 	s.mu.Lock()
 	n := s.streams.inflight
+	s.streams.each(func(_ int16, r request) {
+		if r.wrote.kind != wroteNone || r.flight != nil {
+			ended = append(ended, r)
+		}
+	})
 	s.mu.Unlock()
+	// Writes may have been applied, and reads that joined this client's
+	// must not wait for answers that will not be read.
+	for _, r := range ended {
+		r.joined = nil
+		s.ended(r)
+	}
 	if n > 0 {
 		s.p.metrics.abandoned.Add(float64(n))
 		s.log.Debug().Int("requests", n).Msg("client left with requests in flight")

@@ -1,6 +1,10 @@
 package proxy
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/cqlguard/cqlguard/hotread"
+)
 
 // reply says what the response to a request needs besides forwarding.
 type reply uint8
@@ -27,6 +31,18 @@ type request struct {
 	version uint8
 	// prepared is what is known of an EXECUTE's statement.
 	prepared *preparedStatement
+	// wrote is what the request may change: its answer invalidates it
+	// for hot reads.
+	wrote wrote
+	// flight is the hot read this request leads (hotreads.go): its answer
+	// is handed to the reads that joined it, and cached for ttl at gen.
+	flight *hotread.Flight[waiter]
+	gen    hotread.Gen
+	ttl    int64
+	// joined is the hot read in flight this request waits on, not
+	// forwarded; seq tells it from a later request on its stream.
+	joined *hotread.Flight[waiter]
+	seq    uint32
 }
 
 // streams tracks in-flight requests by stream id, in an open-addressing
@@ -88,6 +104,16 @@ func (s *streams) find(id int16) int {
 			return i
 		}
 	}
+}
+
+// lookup returns the request in flight on stream id, nil if none; the
+// pointer is valid until the table changes.
+func (s *streams) lookup(id int16) *request {
+	i := s.find(id)
+	if i < 0 {
+		return nil
+	}
+	return &s.slots[i].r
 }
 
 // busy reports whether a request on stream id is in flight.

@@ -99,6 +99,37 @@ func (w *writer) Write(f []byte) error {
 	return nil
 }
 
+// Offer queues the frame f with its stream id set to stream, without
+// waiting for room, and starts the flush loop: for a frame that another
+// connection's path hands to this writer, which must never wait on this
+// connection's peer. What it queues past the bounds is bounded by the
+// requests the client has in flight, each answered once.
+func (w *writer) Offer(f []byte, stream int16) error {
+	if w.budget != nil {
+		w.budget.force(int64(len(f)))
+	}
+	w.held.Add(int64(len(f)))
+	w.mu.Lock()
+	if w.closed {
+		err := w.err
+		w.mu.Unlock()
+		w.release(len(f))
+		if err == nil {
+			err = errWriterClosed
+		}
+		return err
+	}
+	n := len(w.pending)
+	w.pending = append(w.pending, f...)
+	frame.SetStream(w.pending[n:], stream)
+	if w.segs == nil {
+		w.raw = len(w.pending)
+	}
+	w.kickLocked()
+	w.mu.Unlock()
+	return nil
+}
+
 // Push writes what is queued, on the calling goroutine, and returns once
 // nothing is; if another goroutine is writing, it returns at once and that
 // one writes it too. It returns the error that stopped the writer, if any.

@@ -139,21 +139,27 @@ func (t *TopK) Observe(token int64, label Label, key []byte) {
 }
 
 // ObserveAt is Observe at time now, read from the clock given to NewTopK
-// by a caller that already holds a reading.
-func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) {
+// by a caller that already holds a reading. It returns the partition's
+// rate in operations per second, as Top would report it now, counting this
+// one: a partition that just replaced another has that one's count as its
+// possible overestimate.
+func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) float64 {
 	t.mu.Lock()
 	w := t.weightAt(now)
 	h := t.hash(token, label)
 	i, pos := t.find(h, token, label)
+	var count float64
 	switch {
 	case i >= 0:
 		j := int(t.slots[i].heapPos)
 		t.heap[j].count += w
+		count = t.heap[j].count
 		t.down(j)
 	case len(t.slots) < cap(t.slots):
 		i = len(t.slots)
 		t.slots = t.slots[:i+1]
 		t.heap = append(t.heap, heapEntry{count: w, slot: int32(i)})
+		count = w
 		t.slots[i] = topSlot{token: token, label: label, heapPos: int32(i)}
 		t.index[pos] = int32(i) + 1
 		t.setKey(i, key)
@@ -167,13 +173,17 @@ func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) {
 		t.unindex(t.hash(s.token, s.label), i)
 		*s = topSlot{token: token, label: label, err: e.count, heapPos: 0}
 		e.count += w
+		count = e.count
 		// The removal may have moved entries along the probe sequence.
 		_, pos = t.find(h, token, label)
 		t.index[pos] = int32(i) + 1
 		t.setKey(i, key)
 		t.down(0)
 	}
+	// Counts are scaled by the weight of an operation now.
+	rate := count / w * t.lambda * 1e9
 	t.mu.Unlock()
+	return rate
 }
 
 // weightAt returns the weight of an operation at now, rescaling the counts

@@ -141,14 +141,19 @@ func TestTopKRateAndDecay(t *testing.T) {
 	tk := NewTopK(4, 8, clk.now)
 	// 1,000 operations per second for 300 s: past the weight rescaling
 	// (every 115 s) and long enough to forget the start.
+	var observed float64
 	for range 300_000 {
-		tk.Observe(42, 0, nil)
+		observed = tk.ObserveAt(clk.ns, 42, 0, nil)
 		clk.ns += int64(time.Millisecond)
 	}
 	tk.check(t)
 	r := tk.Top(nil)[0].Rate
 	if !nearly(r, 1000, 1e-3) {
 		t.Errorf("steady 1000/s measured as %v", r)
+	}
+	// What ObserveAt returns is the rate Top reports at the same time.
+	if !nearly(observed, r, 1e-2) {
+		t.Errorf("ObserveAt returned %v, Top says %v", observed, r)
 	}
 	// Idle for one half-life: half the rate.
 	clk.ns += int64(TopKHalfLife)

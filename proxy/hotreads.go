@@ -1,0 +1,487 @@
+package proxy
+
+// Hot reads (hot_reads in the configuration): a read of a hot partition of
+// a table that takes part is answered from a short cache of answers to
+// identical reads, or waits for the answer of an identical read in flight
+// (coalescing), and reaches the upstream only when neither serves it.
+//
+// A read waiting on another connection's read must never wait on that
+// connection's client: the answer is handed to each waiting connection's
+// writer without waiting for room (writer.Offer), and a read that waited
+// longer than hot_reads.max_wait, or whose leader's connection ended first,
+// is forwarded on its own connection (reissue).
+//
+// Writes invalidate by generation (hotread.Generations): the answer to a
+// write, or its failure, moves on the generation of what it wrote before
+// the client sees it, and a read only takes an answer, cached or in
+// flight, that started at the generation it starts at. So a read that
+// starts after a write through this proxy was acknowledged is never served
+// from before it.
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/hotread"
+	"github.com/cqlguard/cqlguard/schema"
+)
+
+// hotReads serves hot reads for the proxy.
+type hotReads struct {
+	tables  atomic.Pointer[hotTables] // reloadable
+	gens    *hotread.Generations
+	cache   *hotread.Cache
+	flights *hotread.Flights[waiter]
+	maxWait int64 // nanoseconds
+	served  *prometheus.CounterVec
+	// reissued counts reads forwarded on their own after waiting on an
+	// identical one: past max_wait, or when its connection ended.
+	reissued prometheus.Counter
+}
+
+// hotTables are the tables taking part, by keyspace and name as stored.
+type hotTables struct {
+	byName map[string]map[string]*hotTable
+}
+
+// hotTable is how one table's hot reads are served, with its counters.
+type hotTable struct {
+	ttl  int64   // nanoseconds; 0: no cache
+	rate float64 // reads per second from which a partition is hot; 0: all
+	// The outcomes of its hot reads, resolved once.
+	cached, coalesced, forwarded, uncoalesced prometheus.Counter
+}
+
+// waiter is a read waiting for the answer of an identical one: its
+// connection, stream, and a number that tells it from a later request on
+// the same stream.
+type waiter struct {
+	s      *session
+	stream int16
+	seq    uint32
+}
+
+// Bounds of the flights table: a flight per hot read in flight, and a
+// read waiting on each of a connection's requests in flight.
+const (
+	maxFlights = 16384
+	maxWaiters = 4096
+	// genSlots is the write generations' table: two partitions sharing a
+	// slot only invalidate each other's answers more often.
+	genSlots = 1 << 16
+)
+
+func newHotReads(cfg config.HotReadsConfig, reg prometheus.Registerer) *hotReads {
+	hr := &hotReads{
+		gens:    hotread.NewGenerations(genSlots),
+		cache:   hotread.NewCache(int64(cfg.Memory), int(cfg.MaxAnswerBytes)),
+		flights: hotread.NewFlights[waiter](maxFlights, maxWaiters),
+		maxWait: int64(cfg.MaxWait),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cqlguard_hot_reads_total",
+			Help: "Reads of hot partitions of tables under hot_reads, by outcome: cached (answered from the cache), coalesced (waited for an identical read's answer), forwarded (sent upstream, its answer shared), uncoalesced (sent upstream alone: a bound was reached).",
+		}, []string{"keyspace", "table", "outcome"}),
+		reissued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cqlguard_hot_reads_reissued_total",
+			Help: "Reads that waited for an identical read's answer and were then forwarded on their own: past hot_reads.max_wait, or when the other read's connection ended.",
+		}),
+	}
+	hr.apply(cfg)
+	reg.MustRegister(hr.served, hr.reissued, &hotReadsCollector{hr: hr,
+		bytes: prometheus.NewDesc("cqlguard_hot_reads_cache_bytes",
+			"Bytes the hot reads cache holds: answers and the requests they answer.", nil, nil),
+		entries: prometheus.NewDesc("cqlguard_hot_reads_cache_entries",
+			"Answers the hot reads cache holds.", nil, nil),
+		evictions: prometheus.NewDesc("cqlguard_hot_reads_cache_evictions_total",
+			"Answers dropped from the hot reads cache to stay within hot_reads.memory.", nil, nil),
+		flights: prometheus.NewDesc("cqlguard_hot_reads_in_flight",
+			"Hot reads in flight that identical reads may join.", nil, nil),
+	})
+	return hr
+}
+
+// apply puts the tables of cfg in place.
+func (hr *hotReads) apply(cfg config.HotReadsConfig) {
+	t := &hotTables{byName: map[string]map[string]*hotTable{}}
+	for ks, k := range cfg.Keyspaces {
+		for name, c := range k.Tables {
+			if t.byName[ks] == nil {
+				t.byName[ks] = map[string]*hotTable{}
+			}
+			ht := &hotTable{ttl: int64(c.CacheTTL), rate: float64(c.Rate())}
+			for outcome, p := range map[string]*prometheus.Counter{
+				"cached": &ht.cached, "coalesced": &ht.coalesced, "forwarded": &ht.forwarded,
+				"uncoalesced": &ht.uncoalesced,
+			} {
+				*p = hr.served.WithLabelValues(ks, name, outcome)
+			}
+			t.byName[ks][name] = ht
+		}
+	}
+	if len(t.byName) == 0 {
+		hr.cache.Drop()
+		t = nil
+	}
+	hr.tables.Store(t)
+}
+
+// table returns how t's hot reads are served, nil when it takes no part.
+func (ht *hotTables) table(t *schema.Table) *hotTable {
+	return ht.byName[t.Keyspace][t.Name]
+}
+
+// The kinds of what an answer invalidates: nothing, one partition, a
+// table, or everything.
+const (
+	wroteNone uint8 = iota
+	wrotePartition
+	wroteTable
+	wroteAll
+)
+
+// wrote is what a request may change, so that its answer invalidates it.
+type wrote struct {
+	kind  uint8
+	table uint32
+	token int64
+}
+
+// writes says what the forwarded request h, classified as c (nil when it
+// was not), may change. Anything the proxy cannot pin is taken to change
+// everything: a stale answer is worse than a miss.
+func (s *session) writes(h frame.Header, c *Classification, use bool) wrote {
+	if c == nil {
+		switch h.Opcode {
+		case frame.OpStartup, frame.OpOptions, frame.OpAuthResponse, frame.OpRegister, frame.OpPrepare:
+			return wrote{}
+		}
+		return wrote{kind: wroteAll}
+	}
+	switch {
+	case c.Op == OpRead && !serial(s.class.consistency):
+		return wrote{}
+	case c.Op == OpNone && (c.Internal || use):
+		return wrote{}
+	case c.Op == OpNone:
+		return wrote{kind: wroteAll}
+	case c.Overflow != nil:
+		return wrote{kind: wroteTable, table: uint32(labelOf(c.Overflow, OpRead))}
+	case !c.Pinned || len(c.Partitions) == 0:
+		return wrote{kind: wroteAll}
+	}
+	// A write, or a read at SERIAL, which may commit a pending
+	// transaction: the partitions it touches.
+	first := c.Partitions[0].Table
+	if first == nil {
+		return wrote{kind: wroteAll}
+	}
+	w := wrote{kind: wrotePartition, table: uint32(labelOf(first, OpRead)), token: c.Partitions[0].Token}
+	for _, p := range c.Partitions[1:] {
+		if p.Table != first {
+			return wrote{kind: wroteAll}
+		}
+		w.kind = wroteTable
+	}
+	return w
+}
+
+// wrote moves on the generation of what w names.
+func (hr *hotReads) wrote(w wrote) {
+	switch w.kind {
+	case wrotePartition:
+		hr.gens.Wrote(w.table, w.token)
+	case wroteTable:
+		hr.gens.WroteTable(w.table)
+	case wroteAll:
+		hr.gens.WroteAll()
+	}
+}
+
+// serial reports whether a consistency level is SERIAL or LOCAL_SERIAL.
+func serial(cl uint16) bool { return cl == 0x0008 || cl == 0x0009 }
+
+// serveHot serves the read h, classified as c, from the cache or by
+// joining an identical read in flight, when its partition is hot and its
+// table takes part. It returns the action and true when it served it;
+// otherwise the read is forwarded, and req says whether it leads a flight.
+func (s *session) serveHot(h frame.Header, c *Classification, req *request, tables *hotTables, now int64) (action, bool) {
+	if !c.Pinned || len(c.Partitions) != 1 || c.LWT || c.Internal || c.Partitions[0].Table == nil ||
+		h.Opcode != frame.OpQuery && h.Opcode != frame.OpExecute ||
+		h.Flags&(frame.FlagTracing|frame.FlagCustomPayload) != 0 ||
+		serial(s.class.consistency) || s.class.body == nil {
+		return action{}, false
+	}
+	p := &c.Partitions[0]
+	t := tables.table(p.Table)
+	if t == nil {
+		return action{}, false
+	}
+	label := labelOf(p.Table, OpRead)
+	if t.rate > 0 {
+		if s.p.hot == nil {
+			return action{}, false
+		}
+		c.observed = true
+		if s.p.hot.ObserveAt(s.p.epochUnix+now, p.Token, label, p.Key) < t.rate {
+			return action{}, false
+		}
+	}
+	hr := s.p.hotReads
+	r := &s.hotRead
+	*r = hotread.Read{
+		Version: h.Version, Flags: h.Flags &^ frame.FlagCompression, Opcode: uint8(h.Opcode),
+		Compression: uint8(s.reqCompression), Principal: s.principal,
+		Keyspace: s.class.keyspace, Body: s.class.body,
+		Table: uint32(label), Token: p.Token,
+	}
+	gen := hr.gens.At(r.Table, r.Token)
+	if t.ttl > 0 {
+		if ans, ok := hr.cache.Get(s.reqScratch[:0], r, gen, now); ok {
+			frame.SetStream(ans, h.Stream)
+			s.reqScratch = ans
+			t.cached.Inc()
+			return action{answer: ans}, true
+		}
+	}
+	// Join an identical read in flight, or lead one. A read that joins is
+	// in flight on its connection like any other, holding a slot of
+	// max_in_flight, but not one of max_in_flight_per_connection's last:
+	// at that bound it is forwarded, and waits there.
+	if !s.p.inflight.takeNow(1) {
+		t.uncoalesced.Inc()
+		return action{}, false
+	}
+	max := s.p.cfg.MaxInFlightPerConnection
+	s.mu.Lock()
+	if max > 0 && s.streams.inflight+1 >= max {
+		s.mu.Unlock()
+		s.p.inflight.give(1)
+		t.uncoalesced.Inc()
+		return action{}, false
+	}
+	s.joinSeq++
+	fl, joined := hr.flights.Join(r, gen, waiter{s, h.Stream, s.joinSeq})
+	if joined {
+		if s.streams.inflight == 0 {
+			s.activity++
+		}
+		// Recorded under s.mu, which the flight's landing takes to answer
+		// it: the answer cannot come before the stream is in the table.
+		s.streams.begin(h.Stream, request{start: now, version: h.Version, joined: fl, seq: s.joinSeq})
+		s.joined.Add(1)
+		s.mu.Unlock()
+		t.coalesced.Inc()
+		return action{joined: true}, true
+	}
+	s.mu.Unlock()
+	s.p.inflight.give(1)
+	if fl == nil {
+		t.uncoalesced.Inc()
+		return action{}, false
+	}
+	t.forwarded.Inc()
+	req.flight, req.gen, req.ttl = fl, gen, t.ttl
+	return action{}, false
+}
+
+// land hands the answer f to the reads that waited on the flight req led,
+// and caches it if its table asks for that. The answer's generation is the
+// one the read started at, so that an answer that may predate a write
+// acknowledged meanwhile serves no read that starts after it.
+func (s *session) land(req request, f []byte, h frame.Header) {
+	hr := s.p.hotReads
+	for _, w := range hr.flights.Land(req.flight) {
+		w.s.deliver(w, f)
+	}
+	if req.ttl > 0 && h.Opcode == frame.OpResult {
+		hr.cache.Put(req.flight.Read(), req.gen, f, s.now()+req.ttl)
+	}
+	hr.flights.Release(req.flight)
+}
+
+// refuse answers the reads that joined fl, which its leader's limit
+// refused, with the same refusal ans.
+func (hr *hotReads) refuse(fl *hotread.Flight[waiter], ans []byte) {
+	for _, w := range hr.flights.Land(fl) {
+		w.s.deliver(w, ans)
+	}
+	hr.flights.Release(fl)
+}
+
+// ended does for a request that ended without an answer from the upstream
+// what its answer would have: it may have written, and the reads that
+// joined it are forwarded on their own.
+func (s *session) ended(req request) {
+	if req.wrote.kind != wroteNone {
+		s.p.hotReads.wrote(wrote{kind: wroteAll})
+	}
+	if req.flight != nil {
+		s.orphan(req)
+	}
+	if req.joined != nil {
+		s.joined.Add(-1)
+	}
+}
+
+// orphan forwards, each on its own connection, the reads that waited on
+// the flight req led, which will not be answered: its connection ended or
+// its answer could not be read.
+func (s *session) orphan(req request) {
+	hr := s.p.hotReads
+	fl := req.flight
+	for _, w := range hr.flights.Land(fl) {
+		w.s.reissue(w, fl.Read())
+	}
+	hr.flights.Release(fl)
+}
+
+// deliver answers w, a read of s that waited on an identical one, with f,
+// the other's answer. It never waits on s's client: what it queues past
+// max_buffered_bytes is bounded by the requests s has in flight.
+func (s *session) deliver(w waiter, f []byte) {
+	s.mu.Lock()
+	r := s.streams.lookup(w.stream)
+	if s.halted || r == nil || r.joined == nil || r.seq != w.seq {
+		// Answered already: forwarded on its own, or its connection ended.
+		s.mu.Unlock()
+		return
+	}
+	s.streams.end(w.stream)
+	s.joined.Add(-1)
+	s.wakeRequests()
+	idle := s.draining && s.streams.inflight == 0
+	s.mu.Unlock()
+	s.p.inflight.give(1)
+	s.p.metrics.frame(dirResponse, frame.Opcode(f[4]), len(f))
+	s.toClient.Offer(f, w.stream)
+	if idle {
+		// Draining, and this was the last request: the response path ends
+		// on the closed upstream and closes the session once the answer
+		// is written.
+		s.upstream.Close()
+	}
+}
+
+// reissue forwards w, a read of s that waited on an identical one (r), on
+// s's own upstream connection. r is valid while w waits: the flight is
+// released only after each of its waiters was answered or reissued.
+func (s *session) reissue(w waiter, r *hotread.Read) {
+	s.mu.Lock()
+	f := s.reissueLocked(w.stream, w.seq, r)
+	s.mu.Unlock()
+	if f != nil {
+		s.toUpstream.Offer(f, w.stream)
+	}
+}
+
+// reissueLocked returns the frame that forwards the read waiting on
+// stream, or nil if it is no longer waiting. s.mu is held.
+func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) []byte {
+	e := s.streams.lookup(stream)
+	if s.halted || e == nil || e.joined == nil || e.seq != seq {
+		return nil
+	}
+	e.joined = nil
+	s.joined.Add(-1)
+	e.start = s.now()
+	s.p.hotReads.reissued.Inc()
+	// The body is kept decompressed, and sent so: a frame without the
+	// compression flag is taken on a compressed connection.
+	f := frame.AppendHeader(nil, frame.Header{Version: r.Version, Flags: r.Flags, Stream: stream, Opcode: frame.Opcode(r.Opcode), Length: len(r.Body)})
+	return append(f, r.Body...)
+}
+
+// expireWaits forwards, every half of max_wait, the reads that waited on
+// an identical one longer than max_wait: its leader's client may not be
+// reading, and a client harms only itself.
+func (p *Proxy) expireWaits(stop <-chan struct{}) {
+	hr := p.hotReads
+	t := time.NewTicker(time.Duration(max(hr.maxWait/2, int64(time.Millisecond))))
+	defer t.Stop()
+	var late []*session
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		for s := range p.sessions {
+			if s.joined.Load() > 0 {
+				late = append(late, s)
+			}
+		}
+		p.mu.Unlock()
+		for _, s := range late {
+			s.expireWaits(hr.maxWait)
+		}
+		clear(late)
+		late = late[:0]
+	}
+}
+
+// expireWaits forwards s's reads that waited on an identical one longer
+// than wait.
+func (s *session) expireWaits(wait int64) {
+	type out struct {
+		stream int16
+		f      []byte
+	}
+	var sent []out
+	now := s.now()
+	s.mu.Lock()
+	s.streams.each(func(id int16, r request) {
+		if r.joined != nil && now-r.start > wait {
+			if f := s.reissueLocked(id, r.seq, r.joined.Read()); f != nil {
+				sent = append(sent, out{id, f})
+			}
+		}
+	})
+	s.mu.Unlock()
+	for _, o := range sent {
+		s.toUpstream.Offer(o.f, o.stream)
+	}
+}
+
+// principalOf folds an AUTH_RESPONSE body into the digest of who the
+// connection authenticated as: reads are shared only between connections
+// that gave the same credentials, which have the same permissions.
+func (p *Proxy) principalOf(prev uint64, body []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(p.principalSeed)
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(prev >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write(body)
+	return h.Sum64() | 1 // never 0, which is "no authentication"
+}
+
+// hotReadsCollector exports the cache's and the flights' sizes at scrape
+// time.
+type hotReadsCollector struct {
+	hr                                 *hotReads
+	bytes, entries, evictions, flights *prometheus.Desc
+}
+
+// Describe implements prometheus.Collector.
+func (c *hotReadsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.bytes, c.entries, c.evictions, c.flights} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *hotReadsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.hr.cache.Stats()
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.Entries))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(c.flights, prometheus.GaugeValue, float64(c.hr.flights.Len()))
+}

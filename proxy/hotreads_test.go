@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+// hotProxy runs a proxy in front of node that serves the hot reads of
+// ks.kv as table says (every read is hot).
+func hotProxy(t *testing.T, node *fakenode.Node, table config.HotReadsTable, edit func(*config.Config)) *Proxy {
+	t.Helper()
+	zero := config.OpsPerSecond(0)
+	table.HotRate = &zero
+	cfg := config.Default()
+	cfg.Admin.Listen, cfg.Listen, cfg.Upstreams = "", "127.0.0.1:0", []string{node.Addr()}
+	cfg.HotReads.Keyspaces = map[string]config.HotReadsKeyspace{"ks": {Tables: map[string]config.HotReadsTable{"kv": table}}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	p.cfg.Listen = addr
+	return p
+}
+
+func (p *Proxy) hotServed(t *testing.T, outcome string) float64 {
+	t.Helper()
+	return metricValue(t, p.hotReads.served.WithLabelValues("ks", "kv", outcome))
+}
+
+// read sends a QUERY at consistency ONE and returns its answer's body.
+func (c *rawClient) read(stream int16, q string) []byte {
+	c.t.Helper()
+	c.send(stream, &message.Query{Query: q, Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	return c.answerBody(stream)
+}
+
+// answerBody receives the next frame, which must be the RESULT on stream,
+// and returns its encoded message.
+func (c *rawClient) answerBody(stream int16) []byte {
+	c.t.Helper()
+	fr := c.recv()
+	if fr.Header.OpCode != primitive.OpCodeResult || fr.Header.StreamId != stream {
+		c.t.Fatalf("want a RESULT on stream %d, got %v on %d: %v", stream, fr.Header.OpCode, fr.Header.StreamId, fr.Body.Message)
+	}
+	var b bytes.Buffer
+	if err := pframe.NewCodec().EncodeFrame(fr, &b); err != nil {
+		c.t.Fatal(err)
+	}
+	return b.Bytes()[9:]
+}
+
+func TestHotReadsCoalesce(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 1", SlowFor: 300 * time.Millisecond})
+	p := hotProxy(t, node, config.HotReadsTable{Coalesce: true}, nil)
+	const clients = 8
+	cs := make([]*rawClient, clients)
+	for i := range cs {
+		cs[i] = dialRaw(t, p.cfg.Listen, 4)
+		cs[i].startup(nil)
+	}
+	before := node.Requests()
+	answers := make([][]byte, clients)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { answers[i] = c.read(int16(10+i), "SELECT * FROM ks.kv WHERE k = 1") })
+	}
+	wg.Wait()
+	for i, a := range answers[1:] {
+		if !bytes.Equal(a, answers[0]) {
+			t.Errorf("client %d's answer differs:\n%x\n%x", i+1, a, answers[0])
+		}
+	}
+	// The first read leads; the others join it while the node holds it.
+	if n := node.Requests() - before; n != 1 {
+		t.Errorf("the node saw %d reads for %d identical ones in flight together, want 1", n, clients)
+	}
+	if got := p.hotServed(t, "coalesced"); got != clients-1 {
+		t.Errorf("coalesced %v, want %d", got, clients-1)
+	}
+	if got := p.hotServed(t, "forwarded"); got != 1 {
+		t.Errorf("forwarded %v, want 1", got)
+	}
+}
+
+func TestHotReadsCache(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv"})
+	p := hotProxy(t, node, config.HotReadsTable{CacheTTL: config.Duration(10 * time.Second)}, nil)
+	c := dialRaw(t, p.cfg.Listen, 4)
+	c.startup(nil)
+	other := dialRaw(t, p.cfg.Listen, 4)
+	other.startup(nil)
+
+	upstream := func() uint64 {
+		// The node counts a request once it answered it, which the client
+		// has seen by then.
+		return node.Requests()
+	}
+	first := c.read(1, "SELECT * FROM ks.kv WHERE k = 1")
+	n := upstream()
+	for i := range 5 {
+		if got := c.read(int16(2+i), "SELECT * FROM ks.kv WHERE k = 1"); !bytes.Equal(got, first) {
+			t.Fatalf("cached answer %x, want %x", got, first)
+		}
+		if got := other.read(int16(2+i), "SELECT * FROM ks.kv WHERE k = 1"); !bytes.Equal(got, first) {
+			t.Fatalf("cached answer on another connection %x, want %x", got, first)
+		}
+	}
+	if got := upstream(); got != n {
+		t.Errorf("%d reads reached the node within the TTL, want 0", got-n)
+	}
+	if got := p.hotServed(t, "cached"); got != 10 {
+		t.Errorf("cached %v, want 10", got)
+	}
+
+	// Reads that differ in what may change the answer are not served
+	// from another's answer.
+	for i, q := range []*message.Query{
+		{Query: "SELECT * FROM ks.kv WHERE k = 2", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}},
+		{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelQuorum}},
+		{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne, PageSize: 10}},
+		{Query: "SELECT v FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}},
+		{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelSerial}},
+	} {
+		n := upstream()
+		stream := int16(100 + i)
+		c.send(stream, q)
+		c.answerBody(stream)
+		if got := upstream(); got != n+1 {
+			t.Errorf("%q at %v, page size %d: %d reads reached the node, want 1", q.Query, q.Options.Consistency, q.Options.PageSize, got-n)
+		}
+	}
+
+	// A write to the partition, acknowledged, is seen by the next read.
+	c.send(200, &message.Query{Query: "INSERT INTO ks.kv (k, v) VALUES (1, 0x01)", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	c.answerBody(200)
+	n = upstream()
+	other.read(201, "SELECT * FROM ks.kv WHERE k = 1")
+	if got := upstream(); got != n+1 {
+		t.Errorf("after a write, %d reads reached the node, want 1", got-n)
+	}
+	// and the answer after it is cached again.
+	n = upstream()
+	c.read(202, "SELECT * FROM ks.kv WHERE k = 1")
+	if got := upstream(); got != n {
+		t.Errorf("%d reads reached the node after the cache was filled again, want 0", got-n)
+	}
+}
+
+func TestHotReadsLeaderLeaves(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 1", SlowFor: 300 * time.Millisecond})
+	p := hotProxy(t, node, config.HotReadsTable{Coalesce: true}, nil)
+	leader := dialRaw(t, p.cfg.Listen, 4)
+	leader.startup(nil)
+	waiter := dialRaw(t, p.cfg.Listen, 4)
+	waiter.startup(nil)
+	leader.send(1, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	waitUntil(t, "the leader's read in flight", func() bool { return p.hotServed(t, "forwarded") == 1 })
+	waiter.send(2, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	waitUntil(t, "the second read joined", func() bool { return p.hotServed(t, "coalesced") == 1 })
+	leader.c.Close()
+	// The waiting read is forwarded on its own connection and answered.
+	waiter.c.SetDeadline(time.Now().Add(5 * time.Second))
+	waiter.answerBody(2)
+	if got := metricValue(t, p.hotReads.reissued); got != 1 {
+		t.Errorf("reissued %v, want 1", got)
+	}
+}
+
+func TestHotReadsMaxWait(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 1", SlowFor: time.Second})
+	p := hotProxy(t, node, config.HotReadsTable{Coalesce: true}, func(c *config.Config) {
+		c.HotReads.MaxWait = config.Duration(50 * time.Millisecond)
+	})
+	leader := dialRaw(t, p.cfg.Listen, 4)
+	leader.startup(nil)
+	waiter := dialRaw(t, p.cfg.Listen, 4)
+	waiter.startup(nil)
+	leader.send(1, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	waitUntil(t, "the leader's read in flight", func() bool { return p.hotServed(t, "forwarded") == 1 })
+	waiter.send(2, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	// Past max_wait the waiting read goes to the node on its own.
+	waitUntil(t, "the waiting read reissued", func() bool { return metricValue(t, p.hotReads.reissued) == 1 })
+	waiter.c.SetDeadline(time.Now().Add(5 * time.Second))
+	waiter.answerBody(2)
+	leader.c.SetDeadline(time.Now().Add(5 * time.Second))
+	leader.answerBody(1)
+}
