@@ -36,6 +36,10 @@ type HotPartition struct {
 	RateError float64 `json:"rate_error"`
 	// Limit is the partition's limit for Op now, 0 when unlimited.
 	Limit uint32 `json:"limit"`
+	// Served says how the partition's reads are served now (hot_reads):
+	// "cache" (from the cache, else coalesced), "coalesce", or empty when
+	// each is forwarded.
+	Served string `json:"served,omitempty"`
 }
 
 // Hot returns the busiest partitions now, busiest first; nil when
@@ -54,6 +58,7 @@ func (p *Proxy) Hot() []HotPartition {
 		tables[labelOf(t, OpWrite)] = t
 	}
 	l := p.limits.Load()
+	hotTables := p.hotReads.tables.Load()
 	out := make([]HotPartition, 0, len(top))
 	for _, e := range top {
 		t := tables[e.Label]
@@ -72,6 +77,12 @@ func (p *Proxy) Hot() []HotPartition {
 		h := HotPartition{
 			Keyspace: t.Keyspace, Table: t.Name, Op: op.String(), Token: e.Token,
 			Rate: e.Rate, RateError: e.Error, Limit: limit,
+		}
+		if ht := hotTables.table(t); ht != nil && op == OpRead && e.Rate >= ht.rate {
+			h.Served = "coalesce"
+			if ht.ttl > 0 {
+				h.Served = "cache"
+			}
 		}
 		if p.cfg.Admin.ShowKeys {
 			h.Key, h.KeyTruncated = formatKey(t, e.Key, e.Truncated), e.Truncated

@@ -130,8 +130,12 @@ func (hr *hotReads) apply(cfg config.HotReadsConfig) {
 	hr.tables.Store(t)
 }
 
-// table returns how t's hot reads are served, nil when it takes no part.
+// table returns how t's hot reads are served, nil when it takes no part
+// or ht is nil (no table does).
 func (ht *hotTables) table(t *schema.Table) *hotTable {
+	if ht == nil {
+		return nil
+	}
 	return ht.byName[t.Keyspace][t.Name]
 }
 
@@ -221,15 +225,15 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	if t == nil {
 		return action{}, false
 	}
+	// Counted by /hot's sketch here, served or not, as decide would.
 	label := labelOf(p.Table, OpRead)
-	if t.rate > 0 {
-		if s.p.hot == nil {
-			return action{}, false
-		}
+	if s.p.hot != nil {
 		c.observed = true
 		if s.p.hot.ObserveAt(s.p.epochUnix+now, p.Token, label, p.Key) < t.rate {
 			return action{}, false
 		}
+	} else if t.rate > 0 {
+		return action{}, false
 	}
 	hr := s.p.hotReads
 	r := &s.hotRead

@@ -43,11 +43,21 @@ func dialRaw(t *testing.T, addr string, v primitive.ProtocolVersion) *rawClient 
 
 func (c *rawClient) send(stream int16, msg message.Message) {
 	c.t.Helper()
+	c.sendFrame(pframe.NewFrame(c.v, stream, msg))
+}
+
+// sendFrame sends f, which a test may have given flags or a payload, with
+// edits, when given, to its encoded bytes.
+func (c *rawClient) sendFrame(f *pframe.Frame, edits ...func([]byte)) {
+	c.t.Helper()
 	var b bytes.Buffer
-	if err := pframe.NewCodec().EncodeFrame(pframe.NewFrame(c.v, stream, msg), &b); err != nil {
+	if err := pframe.NewCodec().EncodeFrame(f, &b); err != nil {
 		c.t.Fatal(err)
 	}
 	out := b.Bytes()
+	for _, edit := range edits {
+		edit(out)
+	}
 	if c.segs != nil {
 		out = c.segs.AppendFrames(nil, out)
 	}
