@@ -63,6 +63,7 @@ type Query struct {
 	PagingState       []byte // nil when absent or null
 	SerialConsistency uint16 // 0 when absent
 	Timestamp         int64  // the default timestamp; see HasTimestamp
+	TimestampAt       int    // the offset of Timestamp's 8 bytes in the body, when it has one
 	Keyspace          []byte // QueryFlagWithKeyspace
 	NowInSeconds      int32  // QueryFlagNowInSeconds
 	Values            Values // the bound values; empty without QueryFlagValues
@@ -473,6 +474,7 @@ func (c *bodyCursor) queryParams(q *Query, v uint8) (field string, err error) {
 		}
 	}
 	if q.Flags&QueryFlagDefaultTimestamp != 0 {
+		q.TimestampAt = c.off
 		ts, err := c.u64()
 		if err != nil {
 			return "timestamp", err

@@ -173,6 +173,18 @@ func checkValues(t *testing.T, what string, vs Values, positional []*primitive.V
 	}
 }
 
+// checkTimestampAt checks that q's TimestampAt is where body holds its
+// timestamp.
+func checkTimestampAt(t *testing.T, what string, q Query, body []byte) {
+	t.Helper()
+	if !q.HasTimestamp() {
+		return
+	}
+	if q.TimestampAt <= 0 || q.TimestampAt+8 > len(body) || int64(binary.BigEndian.Uint64(body[q.TimestampAt:])) != q.Timestamp {
+		t.Fatalf("%s: TimestampAt %d does not hold timestamp %d in %x", what, q.TimestampAt, q.Timestamp, body)
+	}
+}
+
 // checkOptions compares the decoded parameters of q with the oracle's.
 func checkOptions(t *testing.T, what string, q Query, o *message.QueryOptions, v uint8) {
 	t.Helper()
@@ -233,6 +245,7 @@ func TestParseQueryOracle(t *testing.T) {
 				t.Fatalf("%s: text %q, id %x, result metadata id %x", what, q.Text, q.ID, q.ResultMetadataID)
 			}
 			checkOptions(t, what, q, o, v)
+			checkTimestampAt(t, what, q, body)
 			checkTruncations(t, what, body, func(b []byte) error { _, err := ParseQuery(b, v); return err })
 		}
 	}
@@ -255,6 +268,7 @@ func TestParseExecuteOracle(t *testing.T) {
 				t.Fatalf("%s: text %q, id %x, result metadata id %x", what, q.Text, q.ID, q.ResultMetadataID)
 			}
 			checkOptions(t, what, q, o, v)
+			checkTimestampAt(t, what, q, body)
 			checkTruncations(t, what, body, func(b []byte) error { _, err := ParseExecute(b, v); return err })
 		}
 	}

@@ -101,8 +101,10 @@ type classifier struct {
 	// TIMEOUT clause, 0 when it has none: what dropUsingTimeout needs.
 	body           []byte
 	withoutTimeout int
-	// consistency is the QUERY's or EXECUTE's consistency level.
+	// consistency is the QUERY's or EXECUTE's consistency level, and
+	// timestampAt the offset in body of its default timestamp, 0 for none.
 	consistency uint16
+	timestampAt int
 	rec         cql.Recognizer
 	key         schema.KeyBuilder
 	comps       []byte   // serialized key components, back to back
@@ -133,7 +135,7 @@ func (c *classifier) reset() {
 	c.use = false
 	c.indexed = false
 	c.withoutTimeout = 0
-	c.consistency = 0
+	c.consistency, c.timestampAt = 0, 0
 }
 
 // release drops what the classifier holds of the last request, which may

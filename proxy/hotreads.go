@@ -66,6 +66,10 @@ type waiter struct {
 	seq    uint32
 }
 
+// maxHotRequest is the largest request body served as a hot read: a
+// point read's is tens of bytes, and a connection keeps a copy of one.
+const maxHotRequest = 4 << 10
+
 // Bounds of the flights table: a flight per hot read in flight, and a
 // read waiting on each of a connection's requests in flight.
 const (
@@ -217,7 +221,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	if !c.Pinned || len(c.Partitions) != 1 || c.LWT || c.Internal || c.Partitions[0].Table == nil ||
 		h.Opcode != frame.OpQuery && h.Opcode != frame.OpExecute ||
 		h.Flags&(frame.FlagTracing|frame.FlagCustomPayload) != 0 ||
-		serial(s.class.consistency) || s.class.body == nil {
+		serial(s.class.consistency) || s.class.body == nil || len(s.class.body) > maxHotRequest {
 		return action{}, false
 	}
 	p := &c.Partitions[0]
@@ -236,11 +240,20 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		return action{}, false
 	}
 	hr := s.p.hotReads
+	// The default timestamp that drivers put on every request times
+	// writes; Cassandra does not use it for a read (but for one at
+	// SERIAL, never served here). Left in, no two reads would be alike.
+	body := s.class.body
+	if at := s.class.timestampAt; at > 0 {
+		s.hotBody = append(s.hotBody[:0], body...)
+		clear(s.hotBody[at : at+8])
+		body = s.hotBody
+	}
 	r := &s.hotRead
 	*r = hotread.Read{
 		Version: h.Version, Flags: h.Flags &^ frame.FlagCompression, Opcode: uint8(h.Opcode),
 		Compression: uint8(s.reqCompression), Principal: s.principal,
-		Keyspace: s.class.keyspace, Body: s.class.body,
+		Keyspace: s.class.keyspace, Body: body,
 		Table: uint32(label), Token: p.Token,
 	}
 	gen := hr.gens.At(r.Table, r.Token)

@@ -159,7 +159,7 @@ func TestHotReadsCache(t *testing.T) {
 			s := primitive.ConsistencyLevelLocalSerial
 			o.SerialConsistency = &s
 		})},
-		{name: "timestamp", opts: opts(func(o *message.QueryOptions) { ts := int64(42); o.DefaultTimestamp = &ts })},
+		{name: "a timestamp where the cached read had none", opts: opts(func(o *message.QueryOptions) { ts := int64(42); o.DefaultTimestamp = &ts })},
 		{name: "values", q: "SELECT * FROM ks.kv WHERE k = ?", opts: opts(func(o *message.QueryOptions) {
 			o.PositionalValues = []*primitive.Value{primitive.NewValue([]byte{0, 0, 0, 1})}
 		})},
@@ -202,6 +202,16 @@ func TestHotReadsCache(t *testing.T) {
 			if got := shared(); got != before {
 				t.Errorf("%s (read %d): served from another read's answer", d.name, n+1)
 			}
+		}
+	}
+
+	// Drivers time every request; reads that differ only in that share.
+	for i, ts := range []int64{1, 2, 3} {
+		before := shared()
+		c.send(int16(150+i), &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 3", Options: opts(func(o *message.QueryOptions) { o.DefaultTimestamp = &ts })})
+		c.answerBody(int16(150 + i))
+		if got := shared(); i > 0 && got != before+1 {
+			t.Errorf("a read that differs only in its timestamp was not served from the cache")
 		}
 	}
 

@@ -247,6 +247,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		c := s.class.query(&q, snap)
 		req.reply, req.use = tableOf(&s.class.rec), s.class.use
 		s.class.body, s.class.consistency = body, q.Consistency
+		s.class.timestampAt = timestampAt(&q)
 		return c, nil
 	case frame.OpPrepare:
 		q, err := frame.QueryString(body)
@@ -272,6 +273,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		req.reply, req.prepared, req.use = p.table, p, p.use
 		c := s.class.execute(&q, p, snap)
 		s.class.body, s.class.consistency = body, q.Consistency
+		s.class.timestampAt = timestampAt(&q)
 		return c, nil
 	case frame.OpBatch:
 		b, err := frame.ParseBatch(body, h.Version)
@@ -282,6 +284,15 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		return s.class.batch(&b, s.p.prepared, snap)
 	}
 	return nil, nil
+}
+
+// timestampAt is the offset of q's default timestamp in its body, 0 for
+// none.
+func timestampAt(q *frame.Query) int {
+	if !q.HasTimestamp() {
+		return 0
+	}
+	return q.TimestampAt
 }
 
 // decompress returns the decompressed body of a request frame of n bytes.

@@ -91,6 +91,7 @@ type session struct {
 	// only. joined counts this connection's reads waiting on another's.
 	principal uint64
 	hotRead   hotread.Read
+	hotBody   []byte // hotRead's body, when it differs from the request's
 	joinSeq   uint32
 	joined    atomic.Int32
 }
