@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -29,8 +30,12 @@ import (
 // goodput runs the goodput experiment against a real node: a uniform read
 // workload through cqlguard, then a second loader hammering one partition
 // of the same table, then the limit for that table switched on by a
-// reload. It reports the uniform workload's goodput per second through the
-// three phases, and plots it.
+// reload, then (for a hot loader that reads) the table's hot reads served
+// by coalescing and a short cache, by another reload. It reports the
+// uniform workload's goodput and the hot loader's answers per second
+// through the phases, and plots them; for the last phase also how many of
+// the hot partition's reads reached the node, counted by cqlguard and by
+// the node itself.
 type goodput struct {
 	cqlguard, upstream     string
 	user, password         string
@@ -40,6 +45,7 @@ type goodput struct {
 	hotRate                float64
 	hotOp                  string
 	limit                  int
+	cacheTTL               time.Duration
 	phase, warmup, preload time.Duration
 	upstreamPID            int
 	out, jsonPath, dir     string
@@ -61,7 +67,8 @@ func runGoodput(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&g.hotBytes, "hot-bytes", 16384, "size of the hot partition's row")
 	fs.StringVar(&g.hotOp, "hot-op", "read", "what the hot loader does to its partition: read (its row is written first) or write")
 	fs.Float64Var(&g.hotRate, "hot-rate", 15000, "the hot loader's offered rate in requests per second, kept when it is refused (0: as fast as its concurrency allows, which turns refusals into a busy loop on the load generator's machine)")
-	fs.IntVar(&g.limit, "limit", 200, "the per-partition limit of bench.kv for the hot loader's operation in the last phase")
+	fs.IntVar(&g.limit, "limit", 200, "the per-partition limit of bench.kv for the hot loader's operation from the third phase on")
+	fs.DurationVar(&g.cacheTTL, "cache-ttl", 100*time.Millisecond, "hot_reads' cache_ttl for bench.kv in the last phase (0: coalescing alone)")
 	fs.DurationVar(&g.phase, "phase", 30*time.Second, "length of each phase")
 	fs.DurationVar(&g.warmup, "warmup", 15*time.Second, "start of the first phase left out of its figures")
 	fs.DurationVar(&g.preload, "preload", 5*time.Second, "time spent writing the uniform workload's rows first")
@@ -88,7 +95,17 @@ const (
 	phaseBaseline = "uniform alone"
 	phaseHot      = "hot loader"
 	phaseLimited  = "limit on"
+	phaseServed   = "hot reads served"
 )
+
+// phases are the experiment's phases: the last only for a hot loader that
+// reads.
+func (g *goodput) phases() []string {
+	if g.hotOp == string(load.Read) {
+		return []string{phaseBaseline, phaseHot, phaseLimited, phaseServed}
+	}
+	return []string{phaseBaseline, phaseHot, phaseLimited}
+}
 
 func (g *goodput) run(ctx context.Context) error {
 	if g.upstreamPID != 0 {
@@ -135,16 +152,31 @@ func (g *goodput) run(ctx context.Context) error {
 		}
 	}
 	hot.Start = g.warmup + g.phase
-	total := g.warmup + 3*g.phase
-	phases := []load.Phase{
-		{Name: phaseBaseline, At: 0},
-		{Name: phaseHot, At: g.warmup + g.phase},
-		{Name: phaseLimited, At: g.warmup + 2*g.phase, Action: func(context.Context) error {
-			if err := os.WriteFile(cfgPath, []byte(g.config(true)), 0o600); err != nil {
+	total := g.warmup + time.Duration(len(g.phases()))*g.phase
+	reload := func(limited, served bool) func(context.Context) error {
+		return func(context.Context) error {
+			if err := os.WriteFile(cfgPath, []byte(g.config(limited, served)), 0o600); err != nil {
 				return err
 			}
 			return px.Process.Signal(syscall.SIGHUP)
-		}},
+		}
+	}
+	// The hot partition's reads that reach the node in the last phase, as
+	// cqlguard and the node count them, from its start to the end.
+	var servedFrom, servedTo upstreamCounts
+	phases := []load.Phase{
+		{Name: phaseBaseline, At: 0},
+		{Name: phaseHot, At: g.warmup + g.phase},
+		{Name: phaseLimited, At: g.warmup + 2*g.phase, Action: reload(true, false)},
+	}
+	if len(g.phases()) == 4 {
+		phases = append(phases, load.Phase{Name: phaseServed, At: g.warmup + 3*g.phase, Action: func(ctx context.Context) error {
+			if err := reload(true, true)(ctx); err != nil {
+				return err
+			}
+			servedFrom = g.upstreamCounts(ctx)
+			return nil
+		}})
 	}
 	var jsonOut io.Writer
 	if g.jsonPath != "" {
@@ -171,7 +203,11 @@ func (g *goodput) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(g.phases()) == 4 {
+		servedTo = g.upstreamCounts(ctx)
+	}
 	res := g.summarize(seconds)
+	res.upstream = servedTo.minus(servedFrom)
 	if err := g.plot(seconds); err != nil {
 		return err
 	}
@@ -179,8 +215,9 @@ func (g *goodput) run(ctx context.Context) error {
 	return nil
 }
 
-// config is cqlguard's configuration, with the limit on bench.kv or not.
-func (g *goodput) config(limited bool) string {
+// config is cqlguard's configuration, with the limit on bench.kv or not,
+// and its hot reads served or not.
+func (g *goodput) config(limited, served bool) string {
 	port := strings.TrimPrefix(g.proxyAddr(), "127.0.0.1:")
 	admin, _ := strconv.Atoi(port)
 	cfg := fmt.Sprintf("listen: %s\nupstreams: [%s]\nadmin:\n  listen: 127.0.0.1:%d\nlog:\n  level: info\n"+
@@ -188,6 +225,9 @@ func (g *goodput) config(limited bool) string {
 		g.proxyAddr(), g.upstream, admin+1, g.user)
 	if limited {
 		cfg += fmt.Sprintf("limits:\n  keyspaces:\n    bench:\n      tables:\n        kv: {max_%ss_per_second: %d}\n", g.hotOp, g.limit)
+	}
+	if served {
+		cfg += fmt.Sprintf("hot_reads:\n  keyspaces:\n    bench:\n      tables:\n        kv: {coalesce: true, cache_ttl: %s}\n", g.cacheTTL)
 	}
 	return cfg
 }
@@ -199,7 +239,7 @@ func (g *goodput) proxyAddr() string { return "127.0.0.1:9044" }
 // startProxy starts cqlguard without limits and waits until it is ready.
 func (g *goodput) startProxy(ctx context.Context) (*exec.Cmd, string, error) {
 	cfgPath := filepath.Join(g.dir, "cqlguard.yaml")
-	if err := os.WriteFile(cfgPath, []byte(g.config(false)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(g.config(false, false)), 0o600); err != nil {
 		return nil, "", err
 	}
 	logPath := filepath.Join(g.dir, "cqlguard.log")
@@ -241,16 +281,85 @@ type phaseFigures struct {
 	hotFailed, uniformRejected float64
 }
 
-type goodputResult struct{ phases []phaseFigures }
+type goodputResult struct {
+	phases   []phaseFigures
+	upstream upstreamCounts // over the last phase
+}
+
+// upstreamCounts are running counts of what reached the node: as cqlguard
+// counts them (requests it forwarded and were answered, and of those the
+// hot reads of bench.kv, by outcome) and as the node counts them (reads of
+// bench.kv it coordinated, from system_views). ok is unset when either
+// could not be read.
+type upstreamCounts struct {
+	at                      time.Time
+	forwarded               float64
+	hotForwarded, hotServed float64
+	nodeReads               float64
+	ok                      bool
+}
+
+// upstreamCounts takes the counts now.
+func (g *goodput) upstreamCounts(ctx context.Context) upstreamCounts {
+	c := upstreamCounts{at: time.Now()}
+	host, port, _ := net.SplitHostPort(g.proxyAddr())
+	p, _ := strconv.Atoi(port)
+	m, err := scrape(ctx, "http://"+net.JoinHostPort(host, strconv.Itoa(p+1))+"/metrics")
+	if err != nil {
+		fmt.Fprintf(g.stderr, "goodput: reading cqlguard's metrics: %v\n", err)
+		return c
+	}
+	c.forwarded = m["cqlguard_upstream_request_duration_seconds_count"]
+	for _, o := range []string{"forwarded", "uncoalesced"} {
+		c.hotForwarded += m[`cqlguard_hot_reads_total{keyspace="bench",outcome="`+o+`",table="kv"}`]
+	}
+	for _, o := range []string{"cached", "coalesced"} {
+		c.hotServed += m[`cqlguard_hot_reads_total{keyspace="bench",outcome="`+o+`",table="kv"}`]
+	}
+	cluster := gocql.NewCluster(g.upstream)
+	cluster.Authenticator = gocql.PasswordAuthenticator{Username: g.user, Password: g.password}
+	cluster.NumConns, cluster.Timeout = 1, 10*time.Second
+	s, err := cluster.CreateSession()
+	if err != nil {
+		fmt.Fprintf(g.stderr, "goodput: connecting to the node: %v\n", err)
+		return c
+	}
+	defer s.Close()
+	var n int64
+	if err := s.Query("SELECT count FROM system_views.coordinator_read_latency WHERE keyspace_name = 'bench' AND table_name = 'kv'").
+		WithContext(ctx).Scan(&n); err != nil {
+		fmt.Fprintf(g.stderr, "goodput: reading the node's read count of bench.kv: %v\n", err)
+		return c
+	}
+	c.nodeReads, c.ok = float64(n), true
+	return c
+}
+
+// minus returns the counts from b to c, as rates per second in
+// forwarded..nodeReads.
+func (c upstreamCounts) minus(b upstreamCounts) upstreamCounts {
+	secs := c.at.Sub(b.at).Seconds()
+	if !c.ok || !b.ok || secs <= 0 {
+		return upstreamCounts{}
+	}
+	return upstreamCounts{
+		forwarded:    (c.forwarded - b.forwarded) / secs,
+		hotForwarded: (c.hotForwarded - b.hotForwarded) / secs,
+		hotServed:    (c.hotServed - b.hotServed) / secs,
+		nodeReads:    (c.nodeReads - b.nodeReads) / secs,
+		ok:           true,
+	}
+}
 
 // summarize averages each phase's seconds, leaving out the first seconds
 // of the hot and limited phases, while the change takes hold, and the
 // warmup.
 func (g *goodput) summarize(seconds []load.Second) goodputResult {
 	const settle = 3 * time.Second
-	starts := map[string]time.Duration{phaseBaseline: g.warmup, phaseHot: g.warmup + g.phase + settle, phaseLimited: g.warmup + 2*g.phase + settle}
+	starts := map[string]time.Duration{phaseBaseline: g.warmup, phaseHot: g.warmup + g.phase + settle,
+		phaseLimited: g.warmup + 2*g.phase + settle, phaseServed: g.warmup + 3*g.phase + settle}
 	var res goodputResult
-	for _, name := range []string{phaseBaseline, phaseHot, phaseLimited} {
+	for _, name := range g.phases() {
 		f := phaseFigures{name: name}
 		for _, s := range seconds {
 			if s.Phase != name || s.T-s.Length < starts[name] || len(s.Loaders) < 2 {
@@ -280,7 +389,7 @@ func (g *goodput) summarize(seconds []load.Second) goodputResult {
 }
 
 func (r goodputResult) write(w io.Writer, g *goodput) {
-	fmt.Fprintf(w, "| phase | seconds | uniform goodput req/s | vs alone | uniform p99 (mean of seconds) | hot accepted/s | hot rejected/s |\n")
+	fmt.Fprintf(w, "| phase | seconds | uniform goodput req/s | vs alone | uniform p99 (mean of seconds) | hot answered/s (goodput) | hot rejected/s |\n")
 	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	base := r.phases[0].goodput
 	for _, f := range r.phases {
@@ -291,6 +400,16 @@ func (r goodputResult) write(w io.Writer, g *goodput) {
 	fmt.Fprintf(w, "\nWith the limit on, the uniform workload's goodput is %.0f%% of its level alone (target: at least 90%%),\n"+
 		"and the hot partition's accepted rate is %.0f/s against a limit of %d/s (%+.1f%%; target: within 10%%).\n",
 		100*lim.goodput/max(base, 1), lim.hotAccepted, g.limit, 100*(lim.hotAccepted/float64(g.limit)-1))
+	if len(r.phases) == 4 {
+		sv, u := r.phases[3], r.upstream
+		fmt.Fprintf(w, "\nWith its hot reads served (coalescing, cache_ttl %s), the hot partition gets %.0f answers/s and %.0f refusals/s,\n"+
+			"and the uniform workload's goodput is %.0f%% of its level alone (target: at least 95%%).\n", g.cacheTTL, sv.hotAccepted, sv.hotRejected, 100*sv.goodput/max(base, 1))
+		if u.ok {
+			fmt.Fprintf(w, "Over that phase, per second: the hot partition's reads that reached the node, counted by cqlguard: %.1f (served by cqlguard: %.0f);\n"+
+				"every request cqlguard forwarded: %.0f; reads of bench.kv the node coordinated (system_views.coordinator_read_latency): %.0f (%+.2f%% of cqlguard's count).\n",
+				u.hotForwarded, u.hotServed, u.forwarded, u.nodeReads, 100*(u.nodeReads/max(u.forwarded, 1)-1))
+		}
+	}
 	fmt.Fprintf(w, "Plot: %s\n", g.out)
 }
 
@@ -321,7 +440,7 @@ func (g *goodput) plot(seconds []load.Second) error {
 		color color.RGBA
 	}{
 		{"uniform reads: goodput (succeeded/s)", uniform, color.RGBA{0x1f, 0x77, 0xb4, 0xff}},
-		{"hot partition " + g.hotOp + "s: accepted/s", hot, color.RGBA{0xd6, 0x27, 0x28, 0xff}},
+		{"hot partition " + g.hotOp + "s: answered/s", hot, color.RGBA{0xd6, 0x27, 0x28, 0xff}},
 	} {
 		line, err := plotter.NewLine(series.xys)
 		if err != nil {
@@ -340,7 +459,7 @@ func (g *goodput) plot(seconds []load.Second) error {
 	for _, m := range []struct {
 		at    time.Duration
 		label string
-	}{{g.warmup + g.phase, "hot loader starts"}, {g.warmup + 2*g.phase, "limit on (reload)"}} {
+	}{{g.warmup + g.phase, "hot loader starts"}, {g.warmup + 2*g.phase, "limit on (reload)"}, {g.warmup + 3*g.phase, "hot reads served (reload)"}}[:len(g.phases())-1] {
 		x := m.at.Seconds()
 		mark, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: p.Y.Max}})
 		if err != nil {
