@@ -65,8 +65,9 @@ clean:
 # goodput runs the goodput experiment (docs/benchmarks.md): against the
 # local Cassandra it starts, pinned to a CPU of its own, a uniform read
 # workload through cqlguard, then a loader hammering one partition, then
-# that table's limit switched on by a reload. It prints the figures and
-# writes docs/goodput.png; about 2 minutes once Cassandra is up.
+# that table's limit switched on by a reload, then its hot reads served
+# (hot_reads) by another. It prints the figures and writes
+# docs/goodput.png; about 3 minutes once Cassandra is up.
 goodput: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bash test/cassandra/cassandra.sh start

@@ -139,10 +139,11 @@ func (t *TopK) Observe(token int64, label Label, key []byte) {
 }
 
 // ObserveAt is Observe at time now, read from the clock given to NewTopK
-// by a caller that already holds a reading. It returns the partition's
-// rate in operations per second, as Top would report it now, counting this
-// one: a partition that just replaced another has that one's count as its
-// possible overestimate.
+// by a caller that already holds a reading. It returns the rate in
+// operations per second the partition is known to have at least, counting
+// this one: Top's Rate less its RateError. A partition that just replaced
+// another has that one's count as its possible overestimate, which is
+// left out, so that a cold partition is never taken for a hot one.
 func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) float64 {
 	t.mu.Lock()
 	w := t.weightAt(now)
@@ -153,7 +154,7 @@ func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) float6
 	case i >= 0:
 		j := int(t.slots[i].heapPos)
 		t.heap[j].count += w
-		count = t.heap[j].count
+		count = t.heap[j].count - t.slots[i].err
 		t.down(j)
 	case len(t.slots) < cap(t.slots):
 		i = len(t.slots)
@@ -173,7 +174,7 @@ func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) float6
 		t.unindex(t.hash(s.token, s.label), i)
 		*s = topSlot{token: token, label: label, err: e.count, heapPos: 0}
 		e.count += w
-		count = e.count
+		count = w
 		// The removal may have moved entries along the probe sequence.
 		_, pos = t.find(h, token, label)
 		t.index[pos] = int32(i) + 1

@@ -437,3 +437,26 @@ func BenchmarkTopKTop(b *testing.B) {
 		top = tk.Top(top)
 	}
 }
+
+// A partition that takes the place of another in the sketch inherits that
+// one's count as its overestimate, which ObserveAt leaves out: a cold
+// partition is not reported hot.
+func TestTopKObserveAtLowerBound(t *testing.T) {
+	clk := &fakeClock{ns: epoch}
+	tk := NewTopK(2, 0, clk.now)
+	var hot float64
+	for range 40_000 { // long enough for the decayed rate to settle
+		hot = tk.ObserveAt(clk.ns, 1, 0, nil)
+		tk.ObserveAt(clk.ns, 2, 0, nil)
+		clk.ns += int64(time.Millisecond)
+	}
+	if !nearly(hot, 1000, 1e-2) {
+		t.Fatalf("a partition at 1000/s observed at %v/s", hot)
+	}
+	if cold := tk.ObserveAt(clk.ns, 3, 0, nil); cold > 1 {
+		t.Errorf("a partition observed once, replacing one at 1000/s, observed at %v/s", cold)
+	}
+	if top := tk.Top(nil); top[len(top)-1].Rate < 900 {
+		t.Errorf("Top still reports the replacement's possible overestimate: %+v", top)
+	}
+}

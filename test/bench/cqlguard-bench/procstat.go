@@ -126,6 +126,8 @@ func parseMetrics(r io.Reader) (metrics, error) {
 				m[key] = s.GetGauge().GetValue()
 			case s.Untyped != nil:
 				m[key] = s.GetUntyped().GetValue()
+			case s.Histogram != nil:
+				m[strings.Replace(key, name, name+"_count", 1)] = float64(s.GetHistogram().GetSampleCount())
 			}
 		}
 	}

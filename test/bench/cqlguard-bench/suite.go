@@ -250,6 +250,9 @@ func (s *suite) runAll(ctx context.Context) ([]*row, error) {
 	if s.only == "" || strings.Contains("counted, coordinated", s.only) {
 		rows = append(rows, s.coordinatedRows(ctx, relays["EXECUTE v4 none"])...)
 	}
+	if s.only == "" || strings.Contains("hot key", s.only) {
+		rows = append(rows, s.hotRows(ctx, relays["EXECUTE v4 none"])...)
+	}
 	return rows, nil
 }
 
