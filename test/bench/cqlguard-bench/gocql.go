@@ -161,7 +161,11 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 				continue
 			}
 			r.runs = append(r.runs, run)
-			fmt.Fprintf(s.stderr, " %.0f req/s, p50 %s\n", run.sum.Rate, load.FormatLatency(run.sum.P50))
+			fmt.Fprintf(s.stderr, " %.0f req/s, p50 %s", run.sum.Rate, load.FormatLatency(run.sum.P50))
+			if t.px != nil {
+				fmt.Fprintf(s.stderr, ", %.2f CPU µs/req", float64(run.cpu)/1e3)
+			}
+			fmt.Fprintln(s.stderr)
 		}
 	}
 	return rows, nil
