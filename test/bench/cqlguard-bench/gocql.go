@@ -34,7 +34,7 @@ var gocqlModes = []gocqlMode{
 	{name: "10000/s, no coalescing", rate: 10000, noCoalesce: true},
 }
 
-// The paths of the gocql rows besides direct and the Go relay.
+// The paths of the gocql rows besides direct and the relays.
 const (
 	haproxyPath  = "HAProxy"
 	cqlguardPath = "cqlguard"
@@ -97,8 +97,8 @@ type gocqlTarget struct {
 	err  error  // why the path could not start
 }
 
-// gocqlRows measures each gocql mode direct, through the Go relay,
-// HAProxy and a cqlguard with the counted rows' limits and /hot on, in
+// gocqlRows measures each gocql mode direct, through the Go relay, the
+// event-loop relay, HAProxy and a cqlguard with the counted rows' limits and /hot on, in
 // s.gocqlRuns rounds. Within a round every path runs a mode before the
 // next mode starts, so that a mode's rows are measured close together.
 func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
@@ -111,11 +111,13 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 	if len(modes) == 0 {
 		return nil, nil
 	}
-	targets := []*gocqlTarget{{path: "direct", addr: s.upstreamAddr}, {path: relayPath}, {path: haproxyPath}, {path: cqlguardPath}}
+	targets := []*gocqlTarget{{path: "direct", addr: s.upstreamAddr}, {path: relayPath}, {path: loopRelayPath}, {path: haproxyPath}, {path: cqlguardPath}}
 	for _, t := range targets[1:] {
 		switch t.path {
 		case relayPath:
-			t.px, t.err = s.startRelay(ctx)
+			t.px, t.err = s.startRelay(ctx, "go")
+		case loopRelayPath:
+			t.px, t.err = s.startRelay(ctx, "eventloop")
 		case haproxyPath:
 			t.px, t.err = s.startHAProxy(ctx)
 		case cqlguardPath:
@@ -159,7 +161,11 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 				continue
 			}
 			r.runs = append(r.runs, run)
-			fmt.Fprintf(s.stderr, " %.0f req/s, p50 %s\n", run.sum.Rate, load.FormatLatency(run.sum.P50))
+			fmt.Fprintf(s.stderr, " %.0f req/s, p50 %s", run.sum.Rate, load.FormatLatency(run.sum.P50))
+			if t.px != nil {
+				fmt.Fprintf(s.stderr, ", %.2f CPU µs/req", float64(run.cpu)/1e3)
+			}
+			fmt.Fprintln(s.stderr)
 		}
 	}
 	return rows, nil

@@ -7,7 +7,7 @@
 //	cqlguard-bench upstream -listen 127.0.0.1:19042
 //	cqlguard-bench load -addr 127.0.0.1:9042 -duration 30s -loader 'name=uniform,conns=4' -loader 'name=hot,dist=hot,start=10s'
 //	cqlguard-bench gocql -addr 127.0.0.1:9042 -rate 30000
-//	cqlguard-bench relay -listen 127.0.0.1:19043 -upstream 127.0.0.1:19042
+//	cqlguard-bench relay -listen 127.0.0.1:19043 -upstream 127.0.0.1:19042 [-mode eventloop]
 //	cqlguard-bench suite -cqlguard bin/cqlguard
 //	cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/goodput.png
 package main
@@ -115,8 +115,22 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:19043", "address to listen on (port 0 picks one)")
 	upstream := fs.String("upstream", "127.0.0.1:19042", "address to relay each connection to")
+	mode := fs.String("mode", "go", "go: a goroutine per direction (io.Copy); eventloop: one event loop for every connection")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	switch *mode {
+	case "go":
+	case "eventloop":
+		rl, err := relay.ListenEventLoop(*listen, *upstream)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "listening on", rl.Addr())
+		<-ctx.Done()
+		return rl.Close()
+	default:
+		return fmt.Errorf("relay: -mode %q: want go or eventloop", *mode)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

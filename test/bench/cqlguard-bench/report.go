@@ -15,7 +15,7 @@ import (
 func (s *suite) writeReport(w io.Writer, rows []*row, driven []*gocqlRow, took time.Duration) {
 	fmt.Fprintf(w, "Machine: %s. Run took %s, started at load average %s.\n\n", machine(), took.Round(time.Second), loadAverage())
 	if s.pin {
-		fmt.Fprintln(w, "Pinning: the load generators and the fake upstream on CPU 0, the proxy (cqlguard, the Go relay, HAProxy) on CPU 1.")
+		fmt.Fprintln(w, "Pinning: the load generators and the fake upstream on CPU 0, the proxy (cqlguard, the relays, HAProxy) on CPU 1.")
 	} else {
 		fmt.Fprintln(w, "Pinning: none; the load generators, the fake upstream and the proxies share the CPUs.")
 	}

@@ -52,9 +52,14 @@ type suite struct {
 	upstreamAddr string
 	upstreamPid  int
 	procs        []*exec.Cmd
-	// relay is the Go relay once started, relayErr why it did not start.
-	relay    *proxy
-	relayErr error
+	// relays are the relays started, by -mode of the relay command.
+	relays map[string]startedRelay
+}
+
+// startedRelay is a relay once started, or why it did not start.
+type startedRelay struct {
+	px  *proxy
+	err error
 }
 
 // defaultRejectLimits limits bench.kv to one read a second per partition:
@@ -226,7 +231,7 @@ func (s *suite) runAll(ctx context.Context) ([]*row, error) {
 		var floor *row
 		if w.comp == frame.CompressionNone {
 			floor = &row{name: w.String(), path: relayPath, direct: direct, cost: &proxyCost{}}
-			if rl, err := s.startRelay(ctx); err != nil {
+			if rl, err := s.startRelay(ctx, "go"); err != nil {
 				floor.note = "TODO: " + firstLine(err.Error())
 			} else {
 				spec.Addr = rl.addr
@@ -386,23 +391,32 @@ func (s *suite) startUpstream(ctx context.Context) error {
 	return nil
 }
 
-// relayPath names the Go relay's rows.
-const relayPath = "Go relay"
+// The paths of the relays' rows: the Go relay (-mode go), which the other
+// rows are compared with, and the event-loop relay (-mode eventloop).
+const (
+	relayPath     = "Go relay"
+	loopRelayPath = "event-loop relay"
+)
 
-// startRelay starts the Go relay in front of the upstream, pinned as
-// cqlguard is, once; later calls return the same relay, or the same error.
-func (s *suite) startRelay(ctx context.Context) (*proxy, error) {
-	if s.relay != nil || s.relayErr != nil {
-		return s.relay, s.relayErr
+// startRelay starts the relay of the given -mode in front of the
+// upstream, pinned as cqlguard is, once; later calls return the same
+// relay, or the same error.
+func (s *suite) startRelay(ctx context.Context, mode string) (*proxy, error) {
+	if r, ok := s.relays[mode]; ok {
+		return r.px, r.err
 	}
-	cmd := s.command(ctx, 1, s.self, "relay", "-listen", "127.0.0.1:0", "-upstream", s.upstreamAddr)
-	addr, err := s.startListening(cmd)
-	if err != nil {
-		s.relayErr = fmt.Errorf("the Go relay did not start: %w", err)
-		return nil, s.relayErr
+	if s.relays == nil {
+		s.relays = map[string]startedRelay{}
 	}
-	s.relay = &proxy{cmd: cmd, addr: addr}
-	return s.relay, nil
+	cmd := s.command(ctx, 1, s.self, "relay", "-mode", mode, "-listen", "127.0.0.1:0", "-upstream", s.upstreamAddr)
+	var r startedRelay
+	if addr, err := s.startListening(cmd); err != nil {
+		r.err = fmt.Errorf("the %s relay did not start: %w", mode, err)
+	} else {
+		r.px = &proxy{cmd: cmd, addr: addr}
+	}
+	s.relays[mode] = r
+	return r.px, r.err
 }
 
 // startListening starts cmd, a command of this binary that prints
@@ -425,8 +439,8 @@ func (s *suite) startListening(cmd *exec.Cmd) (string, error) {
 	return addr, nil
 }
 
-// proxy is a running proxy: cqlguard, or the Go relay or HAProxy, which
-// have no metricsURL.
+// proxy is a running proxy: cqlguard, or a relay or HAProxy, which have
+// no metricsURL.
 type proxy struct {
 	cmd        *exec.Cmd
 	addr       string
