@@ -51,7 +51,7 @@ integration:
 	CQLGUARD_INTEGRATION=1 $(GO) test -race -count=1 -timeout 40m -v ./test/...
 
 # bench measures cqlguard against a fake upstream node, each workload direct,
-# through a Go relay and HAProxy (installed first; its rows are skipped if that
+# through a Go relay, an event-loop relay and HAProxy (installed first; its rows are skipped if that
 # fails) and through cqlguard, and prints the tables (docs/benchmarks.md);
 # about seven minutes. BENCHFLAGS passes flags to the suite, say BENCHFLAGS='-only gocql'.
 bench: build

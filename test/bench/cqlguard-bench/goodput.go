@@ -326,9 +326,10 @@ func (g *goodput) upstreamCounts(ctx context.Context) upstreamCounts {
 	}
 	defer s.Close()
 	var n int64
-	if err := s.Query("SELECT count FROM system_views.coordinator_read_latency WHERE keyspace_name = 'bench' AND table_name = 'kv'").
-		WithContext(ctx).Scan(&n); err != nil {
-		fmt.Fprintf(g.stderr, "goodput: reading the node's read count of bench.kv: %v\n", err)
+	it := s.Query("SELECT count FROM system_views.coordinator_read_latency WHERE keyspace_name = 'bench' AND table_name = 'kv'").IterContext(ctx)
+	found := it.Scan(&n)
+	if err := it.Close(); err != nil || !found {
+		fmt.Fprintf(g.stderr, "goodput: reading the node's read count of bench.kv: found %v, %v\n", found, err)
 		return c
 	}
 	c.nodeReads, c.ok = float64(n), true
