@@ -276,3 +276,47 @@ func TestHotReadsGocql(t *testing.T) {
 		}
 	})
 }
+
+// TestHotReadsDrivers runs the hot reads clients of the DataStax Python
+// driver and the Apache Cassandra Java driver 4.x (test/drivers/*) through
+// the hot reads proxy: each compares every page of concurrent paged reads,
+// simple and prepared, with the same read sent to Cassandra directly, and
+// reads back each of its writes among concurrent reads of the same row.
+// Each must have been served reads from another read's answer.
+func TestHotReadsDrivers(t *testing.T) {
+	skipUnlessEnabled(t)
+	hp := startHotProxy(t, 200*time.Millisecond)
+	host, port, err := net.SplitHostPort(hp.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	directHost, directPort, err := net.SplitHostPort(cassandraAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ driver, script, proto, comp string }{
+		{"python", "hot_reads_test.py", "5", "none"},
+		{"python", "hot_reads_test.py", "5", "lz4"},
+		{"python", "hot_reads_test.py", "4", "lz4"},
+		{"java", "hotreads", "5", "none"},
+		{"java", "hotreads", "5", "lz4"},
+		{"java", "hotreads", "4", "lz4"},
+	} {
+		t.Run(fmt.Sprintf("%s-v%s-%s", c.driver, c.proto, c.comp), func(t *testing.T) {
+			before := hp.served(t)
+			// Later entries win over runDriverScript's defaults (os/exec
+			// keeps the last value of a duplicate key).
+			runDriverScript(t, c.driver, c.script, "CQL_HOST="+host, "CQL_PORT="+port,
+				"DIRECT_HOST="+directHost, "DIRECT_PORT="+directPort, "HOT_KEYSPACE="+hotKeyspace,
+				"CQL_PROTOCOL="+c.proto, "CQL_COMPRESSION="+c.comp)
+			after := hp.served(t)
+			for outcome := range after {
+				after[outcome] -= before[outcome]
+			}
+			t.Logf("this client's hot reads: %v", after)
+			if after["cached"]+after["coalesced"] == 0 {
+				t.Errorf("no read of the %s driver was served from another's answer: %v", c.driver, after)
+			}
+		})
+	}
+}

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Runs a test client with the Apache Cassandra Java driver 4.x: DriverTest
-# (the default, or "driver") or LimitsTest ("limits"). Builds them with Maven
-# first when target/ is missing or was built from another pom.xml or other
-# sources; every version, the driver's dependencies too, is pinned in
-# pom.xml. Installs Maven and a JDK with apt-get when missing. Settings come
-# from the environment (see the classes).
+# (the default, or "driver"), LimitsTest ("limits") or HotReadsTest
+# ("hotreads"). Builds them with Maven first when target/ is missing or was
+# built from another pom.xml or other sources; every version, the driver's
+# dependencies too, is pinned in pom.xml. Installs Maven and a JDK with
+# apt-get when missing. Settings come from the environment (see the classes).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 case "${1:-driver}" in
   driver) main=cqlguard.drivertest.DriverTest ;;
   limits) main=cqlguard.drivertest.LimitsTest ;;
-  *) echo "run.sh: $1: want driver or limits" >&2; exit 2 ;;
+  hotreads) main=cqlguard.drivertest.HotReadsTest ;;
+  *) echo "run.sh: $1: want driver, limits or hotreads" >&2; exit 2 ;;
 esac
 if ! command -v mvn >/dev/null || ! command -v javac >/dev/null; then
   echo "run.sh: installing maven and openjdk-17-jdk-headless with apt-get" >&2

@@ -56,8 +56,13 @@ final class Settings {
 
   /** Returns a session builder for CQL_HOST:CQL_PORT with a password login. */
   CqlSessionBuilder session(ProgrammaticDriverConfigLoaderBuilder config) {
+    return session(config, new InetSocketAddress(host, port));
+  }
+
+  /** Returns a session builder for the node at the given address with a password login. */
+  CqlSessionBuilder session(ProgrammaticDriverConfigLoaderBuilder config, InetSocketAddress at) {
     return CqlSession.builder()
-        .addContactPoint(new InetSocketAddress(host, port))
+        .addContactPoint(at)
         .withLocalDatacenter(dc)
         .withAuthCredentials(user, password)
         .withConfigLoader(config.build());
