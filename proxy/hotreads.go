@@ -313,7 +313,8 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 func (s *session) land(req request, f []byte, h frame.Header) {
 	hr := s.p.hotReads
 	for _, w := range hr.flights.Land(req.flight) {
-		w.s.deliver(w, f)
+		// This path pushes its client's writer after the read that gave f.
+		w.s.deliver(w, f, w.s != s)
 	}
 	if req.ttl > 0 && h.Opcode == frame.OpResult {
 		hr.cache.Put(req.flight.Read(), req.gen, f, s.now()+req.ttl)
@@ -325,7 +326,7 @@ func (s *session) land(req request, f []byte, h frame.Header) {
 // refused, with the same refusal ans.
 func (hr *hotReads) refuse(fl *hotread.Flight[waiter], ans []byte) {
 	for _, w := range hr.flights.Land(fl) {
-		w.s.deliver(w, ans)
+		w.s.deliver(w, ans, true)
 	}
 	hr.flights.Release(fl)
 }
@@ -359,8 +360,9 @@ func (s *session) orphan(req request) {
 
 // deliver answers w, a read of s that waited on an identical one, with f,
 // the other's answer. It never waits on s's client: what it queues past
-// max_buffered_bytes is bounded by the requests s has in flight.
-func (s *session) deliver(w waiter, f []byte) {
+// max_buffered_bytes is bounded by the requests s has in flight. Without
+// kick the caller is s's response path, which pushes what it queued.
+func (s *session) deliver(w waiter, f []byte, kick bool) {
 	s.mu.Lock()
 	r := s.streams.lookup(w.stream)
 	if s.halted || r == nil || r.joined == nil || r.seq != w.seq {
@@ -375,7 +377,7 @@ func (s *session) deliver(w waiter, f []byte) {
 	s.mu.Unlock()
 	s.p.inflight.give(1)
 	s.p.metrics.frame(dirResponse, frame.Opcode(f[4]), len(f))
-	s.toClient.Offer(f, w.stream)
+	s.toClient.Offer(f, w.stream, kick)
 	if idle {
 		// Draining, and this was the last request: the response path ends
 		// on the closed upstream and closes the session once the answer
@@ -392,7 +394,7 @@ func (s *session) reissue(w waiter, r *hotread.Read) {
 	f := s.reissueLocked(w.stream, w.seq, r)
 	s.mu.Unlock()
 	if f != nil {
-		s.toUpstream.Offer(f, w.stream)
+		s.toUpstream.Offer(f, w.stream, true)
 	}
 }
 
@@ -461,7 +463,7 @@ func (s *session) expireWaits(wait int64) {
 	})
 	s.mu.Unlock()
 	for _, o := range sent {
-		s.toUpstream.Offer(o.f, o.stream)
+		s.toUpstream.Offer(o.f, o.stream, true)
 	}
 }
 

@@ -100,11 +100,12 @@ func (w *writer) Write(f []byte) error {
 }
 
 // Offer queues the frame f with its stream id set to stream, without
-// waiting for room, and starts the flush loop: for a frame that another
-// connection's path hands to this writer, which must never wait on this
-// connection's peer. What it queues past the bounds is bounded by the
-// requests the client has in flight, each answered once.
-func (w *writer) Offer(f []byte, stream int16) error {
+// waiting for room, and with kick starts the flush loop: for a frame that
+// another connection's path hands to this writer, which must never wait on
+// this connection's peer. Without kick the caller pushes it later. What it
+// queues past the bounds is bounded by the requests the client has in
+// flight, each answered once.
+func (w *writer) Offer(f []byte, stream int16, kick bool) error {
 	if w.budget != nil {
 		w.budget.force(int64(len(f)))
 	}
@@ -125,7 +126,9 @@ func (w *writer) Offer(f []byte, stream int16) error {
 	if w.segs == nil {
 		w.raw = len(w.pending)
 	}
-	w.kickLocked()
+	if kick {
+		w.kickLocked()
+	}
 	w.mu.Unlock()
 	return nil
 }
