@@ -312,12 +312,15 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 // acknowledged meanwhile serves no read that starts after it.
 func (s *session) land(req request, f []byte, h frame.Header) {
 	hr := s.p.hotReads
+	// Cached first: until the flight lands, identical reads join it, and
+	// from then on they find the answer in the cache, rather than each
+	// leading a flight of its own while the waiters are answered.
+	if req.ttl > 0 && h.Opcode == frame.OpResult {
+		hr.cache.Put(req.flight.Read(), req.gen, f, s.now()+req.ttl)
+	}
 	for _, w := range hr.flights.Land(req.flight) {
 		// This path pushes its client's writer after the read that gave f.
 		w.s.deliver(w, f, w.s != s)
-	}
-	if req.ttl > 0 && h.Opcode == frame.OpResult {
-		hr.cache.Put(req.flight.Read(), req.gen, f, s.now()+req.ttl)
 	}
 	hr.flights.Release(req.flight)
 }
