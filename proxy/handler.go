@@ -122,7 +122,15 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		if s.p.observe != nil {
 			s.p.observe(class)
 		}
-		if r, reject := s.decide(class, s.p.epochUnix+now); reject {
+		r, reject := s.decide(class, s.p.epochUnix+now)
+		if req.flight != nil {
+			if reject {
+				s.leading.refused.Inc()
+			} else {
+				s.leading.forwarded.Inc()
+			}
+		}
+		if reject {
 			ans := s.rateLimited(h, r)
 			if req.flight != nil {
 				// The reads that joined this one are refused with it: their

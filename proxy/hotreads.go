@@ -54,7 +54,7 @@ type hotTable struct {
 	ttl  int64   // nanoseconds; 0: no cache
 	rate float64 // reads per second from which a partition is hot; 0: all
 	// The outcomes of its hot reads, resolved once.
-	cached, coalesced, forwarded, uncoalesced prometheus.Counter
+	cached, coalesced, forwarded, refused, uncoalesced prometheus.Counter
 }
 
 // waiter is a read waiting for the answer of an identical one: its
@@ -88,7 +88,7 @@ func newHotReads(cfg config.HotReadsConfig, reg prometheus.Registerer) *hotReads
 		maxWait: int64(cfg.MaxWait),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_hot_reads_total",
-			Help: "Reads of hot partitions of tables under hot_reads, by outcome: cached (answered from the cache), coalesced (waited for an identical read's answer), forwarded (sent upstream, its answer shared), uncoalesced (sent upstream alone: a bound was reached).",
+			Help: "Reads of hot partitions of tables under hot_reads, by outcome: cached (answered from the cache), coalesced (waited for an identical read's answer), forwarded (sent upstream, its answer shared), refused (would have been forwarded, but the partition's limit refused it, and the reads that waited for it), uncoalesced (sent upstream alone: a bound was reached).",
 		}, []string{"keyspace", "table", "outcome"}),
 		reissued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cqlguard_hot_reads_reissued_total",
@@ -120,7 +120,7 @@ func (hr *hotReads) apply(cfg config.HotReadsConfig) {
 			ht := &hotTable{ttl: int64(c.CacheTTL), rate: float64(c.Rate())}
 			for outcome, p := range map[string]*prometheus.Counter{
 				"cached": &ht.cached, "coalesced": &ht.coalesced, "forwarded": &ht.forwarded,
-				"uncoalesced": &ht.uncoalesced,
+				"refused": &ht.refused, "uncoalesced": &ht.uncoalesced,
 			} {
 				*p = hr.served.WithLabelValues(ks, name, outcome)
 			}
@@ -301,7 +301,8 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		t.uncoalesced.Inc()
 		return action{}, false
 	}
-	t.forwarded.Inc()
+	// Counted as forwarded or refused once its limit decided.
+	s.leading = t
 	req.flight, req.gen, req.ttl = fl, gen, t.ttl
 	return action{}, false
 }

@@ -271,3 +271,41 @@ func TestHotReadsMaxWait(t *testing.T) {
 	leader.c.SetDeadline(time.Now().Add(5 * time.Second))
 	leader.answerBody(1)
 }
+
+// Only reads that reach the upstream count against the partition's limit:
+// reads that join one in flight are answered with its answer, and a read
+// that would lead a flight past the limit is refused.
+func TestHotReadsUnderALimit(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 1", SlowFor: 300 * time.Millisecond})
+	p := hotProxy(t, node, config.HotReadsTable{Coalesce: true}, func(c *config.Config) {
+		one := config.OpsPerSecond(1)
+		c.Limits.Algorithm = "token-bucket"
+		c.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxReadsPerSecond: &one}}}}
+	})
+	const clients = 4
+	cs := make([]*rawClient, clients)
+	for i := range cs {
+		cs[i] = dialRaw(t, p.cfg.Listen, 4)
+		cs[i].startup(nil)
+	}
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { c.read(int16(10+i), "SELECT * FROM ks.kv WHERE k = 1") })
+	}
+	wg.Wait()
+	if got := p.hotServed(t, "forwarded"); got != 1 {
+		t.Errorf("forwarded %v, want 1: the one read the limit admits", got)
+	}
+	if got := p.hotServed(t, "coalesced"); got != clients-1 {
+		t.Errorf("coalesced %v, want %d", got, clients-1)
+	}
+	// The next read would reach the upstream: the limit refuses it.
+	cs[0].send(20, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	if fr := cs[0].recv(); fr.Header.OpCode != primitive.OpCodeError {
+		t.Errorf("a read past the limit answered with %v", fr.Body.Message)
+	}
+	if got := p.hotServed(t, "refused"); got != 1 {
+		t.Errorf("refused %v, want 1", got)
+	}
+}

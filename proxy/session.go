@@ -91,7 +91,8 @@ type session struct {
 	// only. joined counts this connection's reads waiting on another's.
 	principal uint64
 	hotRead   hotread.Read
-	hotBody   []byte // hotRead's body, when it differs from the request's
+	hotBody   []byte    // hotRead's body, when it differs from the request's
+	leading   *hotTable // the table of the flight the request being handled leads
 	joinSeq   uint32
 	joined    atomic.Int32
 }

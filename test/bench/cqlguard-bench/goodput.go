@@ -90,6 +90,10 @@ func runGoodput(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return g.run(ctx)
 }
 
+// settle is how long a phase's change takes hold: the first seconds of
+// each phase are left out of its figures.
+const settle = 3 * time.Second
+
 // phase names, in order.
 const (
 	phaseBaseline = "uniform alone"
@@ -162,8 +166,10 @@ func (g *goodput) run(ctx context.Context) error {
 		}
 	}
 	// The hot partition's reads that reach the node in the last phase, as
-	// cqlguard and the node count them, from its start to the end.
+	// cqlguard and the node count them, from when the change settled to
+	// the end.
 	var servedFrom, servedTo upstreamCounts
+	settled := make(chan struct{})
 	phases := []load.Phase{
 		{Name: phaseBaseline, At: 0},
 		{Name: phaseHot, At: g.warmup + g.phase},
@@ -172,9 +178,17 @@ func (g *goodput) run(ctx context.Context) error {
 	if len(g.phases()) == 4 {
 		phases = append(phases, load.Phase{Name: phaseServed, At: g.warmup + 3*g.phase, Action: func(ctx context.Context) error {
 			if err := reload(true, true)(ctx); err != nil {
+				close(settled)
 				return err
 			}
-			servedFrom = g.upstreamCounts(ctx)
+			go func() {
+				defer close(settled)
+				select {
+				case <-time.After(settle):
+					servedFrom = g.upstreamCounts(ctx)
+				case <-ctx.Done():
+				}
+			}()
 			return nil
 		}})
 	}
@@ -204,6 +218,7 @@ func (g *goodput) run(ctx context.Context) error {
 		return err
 	}
 	if len(g.phases()) == 4 {
+		<-settled
 		servedTo = g.upstreamCounts(ctx)
 	}
 	res := g.summarize(seconds)
@@ -356,7 +371,6 @@ func (c upstreamCounts) minus(b upstreamCounts) upstreamCounts {
 // of the hot and limited phases, while the change takes hold, and the
 // warmup.
 func (g *goodput) summarize(seconds []load.Second) goodputResult {
-	const settle = 3 * time.Second
 	starts := map[string]time.Duration{phaseBaseline: g.warmup, phaseHot: g.warmup + g.phase + settle,
 		phaseLimited: g.warmup + 2*g.phase + settle, phaseServed: g.warmup + 3*g.phase + settle}
 	var res goodputResult
