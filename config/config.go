@@ -143,6 +143,10 @@ type Config struct {
 	// HotReads serves the reads of hot partitions by coalescing and a
 	// short cache; its tables are reloadable.
 	HotReads HotReadsConfig `yaml:"hot_reads"`
+	// Clients maps connections to classes; reloadable.
+	Clients ClientsConfig `yaml:"clients"`
+	// RequestUnits prices each request once answered; reloadable.
+	RequestUnits RequestUnitsConfig `yaml:"request_units"`
 
 	// file is the file the configuration was read from, and sum the
 	// SHA-256 of its contents, so that a Watcher can tell whether the file
@@ -330,6 +334,8 @@ func Default() Config {
 		Admin:                    AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100, ReadyNeedsSchema: true},
 		Coordination:             defaultCoordination(),
 		HotReads:                 defaultHotReads(),
+		Clients:                  defaultClients(),
+		RequestUnits:             defaultRequestUnits(),
 		Log:                      LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{
 			Algorithm:     ratelimit.AlgorithmScylla,
@@ -474,6 +480,8 @@ func (c *Config) Validate() error {
 	c.Coordination.validate(&ps)
 	c.Limits.validate(&ps)
 	c.HotReads.validate(&ps, c.Admin.HotPartitions)
+	c.Clients.validate(&ps)
+	c.RequestUnits.validate(&ps)
 	return ps.err()
 }
 

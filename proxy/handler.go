@@ -62,12 +62,20 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		}
 		req.reply = replyStartup
 		s.awaitingV5.Store(h.Version >= 5)
+		s.learnStartup(f[frame.HeaderSize:])
+		s.clientOf()
 	case frame.OpOptions:
 		req.reply = replySupported
 	case frame.OpAuthResponse:
-		if s.p.hotReads != nil {
-			s.principal = s.p.principalOf(s.principal, f[frame.HeaderSize:])
+		body := f[frame.HeaderSize:]
+		if h.Compressed() {
+			var err error
+			if body, err = s.decompress(body, len(f)); err != nil {
+				body = nil
+			}
 		}
+		s.principal = s.p.principalOf(s.principal, body)
+		s.learnUser(body)
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
 		var unknown []byte
 		class, unknown = s.classify(f, h, &req)
@@ -97,6 +105,17 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	internal := class != nil && class.Internal || h.Opcode == frame.OpPrepare && req.prepared != nil && req.prepared.internal
 	if internal && !s.upstreamRateLimit {
 		f = s.dropUsingTimeout(f, h)
+	}
+
+	// Client classes: a request of a class in debt on its budget is
+	// refused; any other is charged to its class once answered.
+	if class != nil && !class.Internal {
+		c := s.clientOf()
+		c.requests.Inc()
+		if c.overBudget(now) {
+			return s.budgetRefusal(h, c)
+		}
+		req.client, req.size = c, int32(len(f))
 	}
 
 	// Hot reads: what a request may change is invalidated when it is

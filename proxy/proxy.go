@@ -66,6 +66,9 @@ type Proxy struct {
 	// digests of credentials it tells connections apart by.
 	hotReads      *hotReads
 	principalSeed maphash.Seed
+	// clients are the client classes in effect (clients.go); reloadable.
+	clients       atomic.Pointer[clientClasses]
+	clientMetrics *clientMetrics
 	// adminToken is the bearer token /hot asks for; nil when none is set.
 	adminToken []byte
 	// tls is the configuration of client connections accepted now; nil
@@ -157,6 +160,12 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		p.hot = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)
 	}
 	p.hotReads = newHotReads(cfg.HotReads, reg)
+	p.clientMetrics = newClientMetrics(reg)
+	cc, err := newClientClasses(cfg.Clients, cfg.RequestUnits, nil, p.clientMetrics, p.elapsed())
+	if err != nil {
+		return nil, err
+	}
+	p.clients.Store(cc)
 	p.principalSeed = maphash.MakeSeed()
 	p.limiterStats = newLimiterCollector(p)
 	reg.MustRegister(p.limiterStats)

@@ -56,7 +56,7 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 
 // Reload applies cfg, the configuration file loaded again, as far as it
 // can change while running: the limits section, the tables of hot_reads,
-// and the certificates,
+// clients, request_units, and the certificates,
 // which are read again even when their paths did not change, since a
 // reload is how a renewed certificate takes effect. Requests see the new
 // limits as soon as it returns, and the old ones until then.
@@ -89,8 +89,13 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	if err == nil {
 		err = p.applyCoordination(cfg.Coordination)
 	}
+	var cc *clientClasses
+	if err == nil {
+		cc, err = newClientClasses(cfg.Clients, cfg.RequestUnits, p.clients.Load(), p.clientMetrics, p.elapsed())
+	}
 	if err == nil {
 		p.hotReads.apply(cfg.HotReads)
+		p.clients.Store(cc)
 	}
 	if err != nil {
 		p.ReloadFailed(cfg.File(), err)
@@ -156,6 +161,8 @@ func restartOnlyChanges(a, b config.Config) []string {
 	a.UpstreamTLS, b.UpstreamTLS = config.UpstreamTLSConfig{}, config.UpstreamTLSConfig{}
 	a.Coordination, b.Coordination = config.CoordinationConfig{}, config.CoordinationConfig{}
 	a.HotReads.Keyspaces, b.HotReads.Keyspaces = nil, nil
+	a.Clients, b.Clients = config.ClientsConfig{}, config.ClientsConfig{}
+	a.RequestUnits, b.RequestUnits = config.RequestUnitsConfig{}, config.RequestUnitsConfig{}
 	return changedKeys("", reflect.ValueOf(a), reflect.ValueOf(b), nil)
 }
 

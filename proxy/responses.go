@@ -64,7 +64,11 @@ func (s *session) serveResponses() error {
 		s.mu.Unlock()
 		if ok {
 			s.p.inflight.give(1)
-			m.upstreamLatency.Observe(float64(s.now()-req.start) / 1e9)
+			now := s.now()
+			m.upstreamLatency.Observe(float64(now-req.start) / 1e9)
+			if req.client != nil {
+				s.charge(&req, f, h, now)
+			}
 			// Only a statement that ran can have changed the schema: an
 			// error (say, to garbage CQL sent in a loop) must not keep the
 			// schema loader reloading.

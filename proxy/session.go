@@ -95,6 +95,14 @@ type session struct {
 	leading   *hotTable // the table of the flight the request being handled leads
 	joinSeq   uint32
 	joined    atomic.Int32
+
+	// Client classes (clients.go), request path only: what is known of the
+	// client, whether it changed since its class was matched, the classes
+	// it was matched against, and its class.
+	identity        clientIdentity
+	identityChanged bool
+	classesSeen     *clientClasses
+	caller          *clientClass
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
@@ -115,6 +123,7 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 		upstreamRateLimit: u.rateLimitError,
 		handshake:         make(chan bool, 1),
 	}
+	s.identity.addr = addrOf(client)
 	guard.frames = s.fromClient
 	s.guard = guard
 	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard})
@@ -238,6 +247,7 @@ func (s *session) run() {
 // when the session ends: requests of a client that left, or that began
 // after failInFlight. Both paths have stopped (run's last step).
 func (s *session) giveBack() {
+	s.leaveClass()
 	s.mu.Lock()
 	n := s.streams.inflight
 	s.streams.inflight = 0

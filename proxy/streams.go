@@ -43,6 +43,10 @@ type request struct {
 	// forwarded; seq tells it from a later request on its stream.
 	joined *hotread.Flight[waiter]
 	seq    uint32
+	// client is the class the request is charged to once answered (nil:
+	// none), and size its frame's bytes, part of its price.
+	client *clientClass
+	size   int32
 }
 
 // streams tracks in-flight requests by stream id, in an open-addressing

@@ -1,0 +1,286 @@
+package proxy
+
+// Client classes and request units (clients and request_units in the
+// configuration): each connection is of a class, matched by what the proxy
+// sees of it, and each request it sends is priced once answered, in
+// request units, and charged to its class, whose budget, when it has one,
+// refuses the class's requests while it is in debt.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/ratelimit"
+)
+
+// clientClasses are the classes in effect: tried in order, the default
+// last. A reload puts new ones in place; a connection takes its class again
+// on its next request.
+type clientClasses struct {
+	classes []*clientClass
+	units   config.RequestUnitsConfig
+}
+
+// clientClass is one class, with what it matches and its counters.
+type clientClass struct {
+	name string
+	tier int
+	// Each set is nil when its list is not set.
+	users, apps, ids, drivers map[string]bool
+	prefixes                  []netip.Prefix
+	// budget is max_units_per_second; nil for none.
+	budget                    *ratelimit.Budget
+	perSecond                 float64
+	requests, units, refusals prometheus.Counter
+	conns                     prometheus.Gauge
+}
+
+// clientIdentity is what the proxy knows of a connection's client.
+type clientIdentity struct {
+	user, app, id, driver string
+	addr                  netip.Addr
+}
+
+// clientMetrics are the classes' metrics, which outlive reloads.
+type clientMetrics struct {
+	requests, units, refusals *prometheus.CounterVec
+	conns, info               *prometheus.GaugeVec
+}
+
+func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
+	m := &clientMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cqlguard_client_requests_total",
+			Help: "QUERY, EXECUTE and BATCH requests by client class (clients), refused or not.",
+		}, []string{"class"}),
+		units: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cqlguard_request_units_total",
+			Help: "Request units charged, by client class: each answered request's price (request_units).",
+		}, []string{"class"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cqlguard_client_budget_refusals_total",
+			Help: "Requests refused because their client class was in debt on its max_units_per_second.",
+		}, []string{"class"}),
+		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cqlguard_client_class_connections",
+			Help: "Client connections by the class they had at their last request.",
+		}, []string{"class"}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cqlguard_client_class_info",
+			Help: "The client classes configured, with their tier, and the budget in request units per second (0: none) as the value.",
+		}, []string{"class", "tier"}),
+	}
+	reg.MustRegister(m.requests, m.units, m.refusals, m.conns, m.info)
+	return m
+}
+
+// newClientClasses builds the classes of cfg, keeping the budgets of
+// classes of old with the same name, so that a reload neither forgives a
+// debt nor refills a budget.
+func newClientClasses(cfg config.ClientsConfig, units config.RequestUnitsConfig, old *clientClasses, m *clientMetrics, now int64) (*clientClasses, error) {
+	kept := map[string]*ratelimit.Budget{}
+	if old != nil {
+		for _, c := range old.classes {
+			if c.budget != nil {
+				kept[c.name] = c.budget
+			}
+		}
+	}
+	m.info.Reset()
+	cc := &clientClasses{units: units}
+	for _, cl := range append(append([]config.ClientClass(nil), cfg.Classes...), cfg.Default) {
+		c := &clientClass{
+			name: cl.Name, tier: cl.TierOrDefault(), perSecond: cl.MaxUnitsPerSecond,
+			users: set(cl.Match.Users), apps: set(cl.Match.ApplicationNames),
+			ids: set(cl.Match.ClientIDs), drivers: set(cl.Match.DriverNames),
+			requests: m.requests.WithLabelValues(cl.Name), units: m.units.WithLabelValues(cl.Name),
+			refusals: m.refusals.WithLabelValues(cl.Name), conns: m.conns.WithLabelValues(cl.Name),
+		}
+		var err error
+		if c.prefixes, err = cl.Match.Prefixes(); err != nil {
+			return nil, fmt.Errorf("clients: class %s: %w", cl.Name, err)
+		}
+		if cl.MaxUnitsPerSecond > 0 {
+			if b := kept[cl.Name]; b != nil {
+				b.Set(cl.MaxUnitsPerSecond, cl.Burst(), now)
+				c.budget = b
+			} else {
+				c.budget = ratelimit.NewBudget(cl.MaxUnitsPerSecond, cl.Burst(), now)
+			}
+		}
+		m.info.WithLabelValues(cl.Name, strconv.Itoa(c.tier)).Set(cl.MaxUnitsPerSecond)
+		cc.classes = append(cc.classes, c)
+	}
+	// The default class matches every connection, whatever its match says.
+	def := cc.classes[len(cc.classes)-1]
+	def.users, def.apps, def.ids, def.drivers, def.prefixes = nil, nil, nil, nil, nil
+	return cc, nil
+}
+
+func set(values []string) map[string]bool {
+	if len(values) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(values))
+	for _, v := range values {
+		m[v] = true
+	}
+	return m
+}
+
+// match returns the class of a connection with identity id: the first
+// whose every list that is set holds id's value.
+func (cc *clientClasses) match(id *clientIdentity) *clientClass {
+	for _, c := range cc.classes {
+		if c.matches(id) {
+			return c
+		}
+	}
+	return cc.classes[len(cc.classes)-1]
+}
+
+func (c *clientClass) matches(id *clientIdentity) bool {
+	if c.users != nil && !c.users[id.user] || c.apps != nil && !c.apps[id.app] ||
+		c.ids != nil && !c.ids[id.id] || c.drivers != nil && !c.drivers[id.driver] {
+		return false
+	}
+	if c.prefixes == nil {
+		return true
+	}
+	for _, p := range c.prefixes {
+		if p.Contains(id.addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientOf returns the class of s's connection now, matching it again
+// after a reload or once the proxy learned more of the client.
+func (s *session) clientOf() *clientClass {
+	cc := s.p.clients.Load()
+	if cc != s.classesSeen || s.identityChanged {
+		c := cc.match(&s.identity)
+		if c != s.caller {
+			if s.caller != nil {
+				s.caller.conns.Dec()
+			}
+			c.conns.Inc()
+			s.caller = c
+		}
+		s.classesSeen, s.identityChanged = cc, false
+	}
+	return s.caller
+}
+
+// leaveClass takes the closing connection out of its class's count.
+func (s *session) leaveClass() {
+	if s.caller != nil {
+		s.caller.conns.Dec()
+	}
+}
+
+// learnStartup notes the STARTUP options that classes match on.
+func (s *session) learnStartup(body []byte) {
+	for key, dst := range map[string]*string{"APPLICATION_NAME": &s.identity.app, "CLIENT_ID": &s.identity.id, "DRIVER_NAME": &s.identity.driver} {
+		if v, ok, _ := frame.StartupOption(body, key); ok {
+			*dst = string(v)
+		}
+	}
+	s.identityChanged = true
+}
+
+// learnUser notes the user a SASL PLAIN AUTH_RESPONSE names: its token is
+// an authorization identity, the user and the password, each ended by a
+// zero byte but the last. Other mechanisms name no user the proxy can read.
+func (s *session) learnUser(body []byte) {
+	if len(body) < 4 {
+		return
+	}
+	n := int32(binary.BigEndian.Uint32(body))
+	token := body[4:]
+	if n < 0 || int(n) > len(token) {
+		return
+	}
+	token = token[:n]
+	first := indexByte(token, 0)
+	if first < 0 {
+		return
+	}
+	rest := token[first+1:]
+	second := indexByte(rest, 0)
+	if second < 0 {
+		return
+	}
+	s.identity.user = string(rest[:second])
+	s.identityChanged = true
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// addrOf returns the IP of a connection's remote address.
+func addrOf(c net.Conn) netip.Addr {
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// price is what the answered request cost in request units: fixed, per
+// row of a RESULT (uncompressed: a compressed answer's rows are not
+// counted), per KiB both ways, per millisecond upstream.
+func (cc *clientClasses) price(req *request, f []byte, h frame.Header, latency int64) float64 {
+	u := &cc.units
+	units := u.Fixed + u.PerKiB*float64(int(req.size)+len(f))/1024 + u.PerMs*float64(latency)/1e6
+	if u.PerRow != 0 && h.Opcode == frame.OpResult && !h.Compressed() {
+		if msg, ok := frame.ResponseMessage(f[frame.HeaderSize:], h); ok {
+			if n, ok := frame.RowCount(msg); ok {
+				units += u.PerRow * float64(n)
+			}
+		}
+	}
+	return units
+}
+
+// charge prices the answered request req and charges its class.
+func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
+	cc := s.p.clients.Load()
+	units := cc.price(req, f, h, now-req.start)
+	req.client.units.Add(units)
+	if req.client.budget != nil {
+		req.client.budget.Charge(now, units)
+	}
+}
+
+// overBudget reports whether c, the class of the request h, is in debt,
+// and counts the refusal.
+func (c *clientClass) overBudget(now int64) bool {
+	if c.budget == nil || c.budget.Allow(now) {
+		return false
+	}
+	c.refusals.Inc()
+	return true
+}
+
+// budgetRefusal is the answer to a request of class c refused for its
+// budget: Config_error, which no driver retries (test/drivers), naming the
+// class and the setting.
+func (s *session) budgetRefusal(h frame.Header, c *clientClass) action {
+	return s.refusal(h, frame.ErrCodeConfig, fmt.Sprintf(
+		"cqlguard: client class %s is over its budget of %g request units per second (clients: max_units_per_second); retry later",
+		c.name, c.perSecond))
+}
