@@ -258,6 +258,9 @@ func (s *suite) runAll(ctx context.Context) ([]*row, error) {
 	if s.only == "" || strings.Contains("hot key", s.only) {
 		rows = append(rows, s.hotRows(ctx, relays["EXECUTE v4 none"])...)
 	}
+	if s.only == "" || strings.Contains("classes and RU", s.only) {
+		rows = append(rows, s.classRows(ctx, relays["EXECUTE v4 none"])...)
+	}
 	return rows, nil
 }
 
