@@ -62,6 +62,12 @@ type KeyspaceLimits struct {
 type RateLimits struct {
 	MaxReadsPerSecond  *OpsPerSecond `yaml:"max_reads_per_second"`
 	MaxWritesPerSecond *OpsPerSecond `yaml:"max_writes_per_second"`
+	// MaxReadUnitsPerSecond and MaxWriteUnitsPerSecond are budgets in
+	// request units (request_units) per second per partition: each
+	// answered read or write is charged its price, and while a partition
+	// is in debt its reads or writes are refused.
+	MaxReadUnitsPerSecond  *OpsPerSecond `yaml:"max_read_units_per_second"`
+	MaxWriteUnitsPerSecond *OpsPerSecond `yaml:"max_write_units_per_second"`
 }
 
 // OpsPerSecond is a limit in operations per second, written in YAML as a

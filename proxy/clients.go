@@ -256,13 +256,24 @@ func (cc *clientClasses) price(req *request, f []byte, h frame.Header, latency i
 	return units
 }
 
-// charge prices the answered request req and charges its class.
+// charge prices the answered request req and charges its class and the
+// partitions with budgets in request units it touched.
 func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
 	cc := s.p.clients.Load()
 	units := cc.price(req, f, h, now-req.start)
-	req.client.units.Add(units)
-	if req.client.budget != nil {
-		req.client.budget.Charge(now, units)
+	if c := req.client; c != nil {
+		c.units.Add(units)
+		if c.budget != nil {
+			c.budget.Charge(now, units)
+		}
+	}
+	if req.nCharges > 0 {
+		if u := s.p.units.Load(); u != nil {
+			share := units / float64(req.nCharges)
+			for _, c := range req.charges[:req.nCharges] {
+				u.Charge(s.p.epochUnix+now, c.token, c.label, float64(c.budget), share)
+			}
+		}
 	}
 }
 

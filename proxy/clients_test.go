@@ -223,3 +223,51 @@ func servedOn(t *testing.T, p *Proxy) string {
 	})
 	return ln.Addr().String()
 }
+
+// A partition's budget in request units refuses its reads while it is in
+// debt, with the partition limits' error; other partitions go on.
+func TestPartitionUnits(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv"})
+	var clock atomic.Int64
+	clock.Store(int64(time.Hour))
+	cfg := parseConfig(t, `listen: 127.0.0.1:0
+upstreams: [`+node.Addr()+`]
+admin: {listen: ""}
+limits:
+  keyspaces:
+    ks:
+      tables:
+        kv: {max_read_units_per_second: 10}
+request_units: {fixed: 4, per_row: 0, per_kib: 0, per_ms: 0}
+`)
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.elapsed = clock.Load
+	c := dialRaw(t, servedOn(t, p), 4)
+	c.startup(nil)
+	ask := func(stream int16, key string) (int32, string) {
+		c.send(stream, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = " + key, Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+		if e, ok := c.recv().Body.Message.(message.Error); ok {
+			return int32(e.GetErrorCode()), e.GetErrorMessage()
+		}
+		return 0, ""
+	}
+	for i := range 3 {
+		if code, msg := ask(int16(1+i), "1"); code != 0 {
+			t.Fatalf("read %d refused: %s", i+1, msg)
+		}
+	}
+	if code, msg := ask(4, "1"); code != frame.ErrCodeConfig || !strings.Contains(msg, "ks.kv") {
+		t.Fatalf("a partition in debt: %#x %q, want the partition limits' refusal", code, msg)
+	}
+	if code, msg := ask(5, "2"); code != 0 {
+		t.Fatalf("another partition refused: %s", msg)
+	}
+	clock.Add(int64(300 * time.Millisecond))
+	if code, msg := ask(6, "1"); code != 0 {
+		t.Fatalf("refused after its debt was repaid: %s", msg)
+	}
+}

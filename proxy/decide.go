@@ -31,6 +31,7 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	if c == nil || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
 		return rejection{}, false
 	}
+	s.nCharges = 0
 	l, lim, fl := s.p.limits.Load(), s.p.limiter.Load(), s.p.fleet.Load()
 	limited := l != nil && lim != nil && (!c.LWT || l.limitLWT) && (!c.Counter || l.limitCounters)
 	if c.Overflow != nil {
@@ -55,6 +56,9 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		}
 		if !limited {
 			continue
+		}
+		if l.units && !s.withinUnits(l, c.Op, &p, label, now) && !rejected {
+			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
 		reads, writes := l.forTable(p.Table)
 		limit := reads
@@ -89,6 +93,27 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	}
 	s.p.metrics.rejections.WithLabelValues(refused.table.Keyspace, refused.table.Name, refused.op.String(), outcome).Inc()
 	return refused, !l.dryRun
+}
+
+// withinUnits reports whether partition p is out of debt on its budget in
+// request units for op, if it has one, and notes it to be charged once the
+// request is answered: the first maxCharges partitions of a request are,
+// each its share of the price.
+func (s *session) withinUnits(l *limits, op Op, p *Partition, label ratelimit.Label, now int64) bool {
+	reads, writes := l.unitsFor(p.Table)
+	budget := reads
+	if op == OpWrite {
+		budget = writes
+	}
+	units := s.p.units.Load()
+	if budget == 0 || units == nil {
+		return true
+	}
+	if s.nCharges < maxCharges {
+		s.charges[s.nCharges] = unitCharge{token: p.Token, label: label, budget: float32(budget)}
+		s.nCharges++
+	}
+	return units.Allow(now, p.Token, label, float64(budget))
 }
 
 // decideOverflow decides a request that touches more partitions of a

@@ -24,6 +24,8 @@ type limits struct {
 	// limiter is the configuration of the ratelimit.Limiter that enforces
 	// these limits.
 	limiter ratelimit.Config
+	// units is set when some level sets a budget in request units.
+	units bool
 }
 
 // keyspaceLimits are one keyspace's levels: its default and its tables.
@@ -32,8 +34,9 @@ type keyspaceLimits struct {
 	tables map[string]opLimits
 }
 
-// opLimits are one level's read and write limits.
-type opLimits struct{ reads, writes level }
+// opLimits are one level's read and write limits, in operations and in
+// request units per second.
+type opLimits struct{ reads, writes, readUnits, writeUnits level }
 
 // level is a limit at one level of the configuration. Unset levels defer to
 // the next; a set 0 means unlimited and ends the search.
@@ -50,7 +53,8 @@ func levelOf(v *config.OpsPerSecond) level {
 }
 
 func opLimitsOf(r config.RateLimits) opLimits {
-	return opLimits{reads: levelOf(r.MaxReadsPerSecond), writes: levelOf(r.MaxWritesPerSecond)}
+	return opLimits{reads: levelOf(r.MaxReadsPerSecond), writes: levelOf(r.MaxWritesPerSecond),
+		readUnits: levelOf(r.MaxReadUnitsPerSecond), writeUnits: levelOf(r.MaxWriteUnitsPerSecond)}
 }
 
 // newLimits validates cfg and resolves it.
@@ -73,17 +77,36 @@ func newLimits(cfg config.LimitsConfig) (*limits, error) {
 	if len(cfg.Keyspaces) > 0 {
 		l.keyspaces = make(map[string]keyspaceLimits, len(cfg.Keyspaces))
 	}
+	hasUnits := func(o opLimits) bool { return o.readUnits.perSecond > 0 || o.writeUnits.perSecond > 0 }
+	l.units = hasUnits(l.global)
 	for name, ks := range cfg.Keyspaces {
 		kl := keyspaceLimits{def: opLimitsOf(ks.Default)}
+		l.units = l.units || hasUnits(kl.def)
 		if len(ks.Tables) > 0 {
 			kl.tables = make(map[string]opLimits, len(ks.Tables))
 		}
 		for t, r := range ks.Tables {
 			kl.tables[t] = opLimitsOf(r)
+			l.units = l.units || hasUnits(kl.tables[t])
 		}
 		l.keyspaces[name] = kl
 	}
 	return l, nil
+}
+
+// unitsFor returns the budgets in request units per second of one
+// partition of t for reads and for writes, 0 meaning none, resolved as
+// forTable resolves limits (tables have no such option). It does not
+// allocate.
+func (l *limits) unitsFor(t *schema.Table) (reads, writes uint32) {
+	var ks keyspaceLimits
+	var tl opLimits
+	if l.keyspaces != nil {
+		ks = l.keyspaces[t.Keyspace]
+		tl = ks.tables[t.Name]
+	}
+	return resolve(tl.readUnits, 0, ks.def.readUnits, l.global.readUnits),
+		resolve(tl.writeUnits, 0, ks.def.writeUnits, l.global.writeUnits)
 }
 
 // forTable returns the per-second limits of one partition of t for reads

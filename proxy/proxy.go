@@ -83,6 +83,9 @@ type Proxy struct {
 	// loads each once per request.
 	limits  atomic.Pointer[limits]
 	limiter atomic.Pointer[ratelimit.Limiter]
+	// units are the partitions' budgets in request units, made the first
+	// time limits set one.
+	units atomic.Pointer[ratelimit.Units]
 	// fleet holds the fleet-wide shares of hot partitions while
 	// coordination runs (coordination.go); nil otherwise.
 	fleet atomic.Pointer[ratelimit.Fleet]

@@ -34,6 +34,7 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 	if err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
+	p.makeUnits(l, p.cfg.Limits)
 	p.limits.Store(l)
 	p.limiter.Store(lim)
 
@@ -140,8 +141,17 @@ func (p *Proxy) applyLimits(cfg config.LimitsConfig) error {
 		p.log.Warn().Str("algorithm", cfg.Algorithm).Int64("memory", int64(cfg.Memory)).Float64("burst", cfg.Burst).
 			Msg("rate limiter replaced: partition counts start again from zero")
 	}
+	p.makeUnits(l, cfg)
 	p.limits.Store(l)
 	return nil
+}
+
+// makeUnits makes the partitions' budgets in request units, the first
+// time l sets one, with as much memory as the limiter's tables.
+func (p *Proxy) makeUnits(l *limits, cfg config.LimitsConfig) {
+	if l.units && p.units.Load() == nil {
+		p.units.Store(ratelimit.NewUnits(int(cfg.Memory)))
+	}
 }
 
 // limiterConfig is l's limiter configuration on the proxy's clock, which

@@ -66,7 +66,7 @@ func (s *session) serveResponses() error {
 			s.p.inflight.give(1)
 			now := s.now()
 			m.upstreamLatency.Observe(float64(now-req.start) / 1e9)
-			if req.client != nil {
+			if req.client != nil || req.nCharges > 0 {
 				s.charge(&req, f, h, now)
 			}
 			// Only a statement that ran can have changed the schema: an

@@ -103,6 +103,10 @@ type session struct {
 	identityChanged bool
 	classesSeen     *clientClasses
 	caller          *clientClass
+	// charges are the partitions decide found with budgets in request
+	// units, for the request being handled.
+	charges  [maxCharges]unitCharge
+	nCharges uint8
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cqlguard/cqlguard/hotread"
+	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
 // reply says what the response to a request needs besides forwarding.
@@ -47,7 +48,23 @@ type request struct {
 	// none), and size its frame's bytes, part of its price.
 	client *clientClass
 	size   int32
+	// charges are the partitions whose budgets in request units the
+	// request is charged to once answered, each its share of the price.
+	charges  [maxCharges]unitCharge
+	nCharges uint8
 }
+
+// unitCharge is a partition to charge, and its budget in request units per
+// second.
+type unitCharge struct {
+	token  int64
+	label  ratelimit.Label
+	budget float32
+}
+
+// maxCharges bounds the partitions of one request that are charged: the
+// first ones of a batch or an IN list share its price.
+const maxCharges = 4
 
 // streams tracks in-flight requests by stream id, in an open-addressing
 // table sized by what is in flight, not by the ids a client has used:
