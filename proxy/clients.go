@@ -36,10 +36,11 @@ type clientClass struct {
 	users, apps, ids, drivers map[string]bool
 	prefixes                  []netip.Prefix
 	// budget is max_units_per_second; nil for none.
-	budget                    *ratelimit.Budget
-	perSecond                 float64
-	requests, units, refusals prometheus.Counter
-	conns                     prometheus.Gauge
+	budget                *ratelimit.Budget
+	perSecond             float64
+	requests, units       prometheus.Counter
+	refusals, dryRefusals prometheus.Counter
+	conns                 prometheus.Gauge
 }
 
 // clientIdentity is what the proxy knows of a connection's client.
@@ -66,8 +67,8 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		}, []string{"class"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_client_budget_refusals_total",
-			Help: "Requests refused because their client class was in debt on its max_units_per_second.",
-		}, []string{"class"}),
+			Help: "Requests of a client class in debt on its max_units_per_second, by outcome: rejected, or dry_run (limits.dry_run: let through).",
+		}, []string{"class", "outcome"}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cqlguard_client_class_connections",
 			Help: "Client connections by the class they had at their last request.",
@@ -101,7 +102,8 @@ func newClientClasses(cfg config.ClientsConfig, units config.RequestUnitsConfig,
 			users: set(cl.Match.Users), apps: set(cl.Match.ApplicationNames),
 			ids: set(cl.Match.ClientIDs), drivers: set(cl.Match.DriverNames),
 			requests: m.requests.WithLabelValues(cl.Name), units: m.units.WithLabelValues(cl.Name),
-			refusals: m.refusals.WithLabelValues(cl.Name), conns: m.conns.WithLabelValues(cl.Name),
+			refusals: m.refusals.WithLabelValues(cl.Name, "rejected"), dryRefusals: m.refusals.WithLabelValues(cl.Name, "dry_run"),
+			conns: m.conns.WithLabelValues(cl.Name),
 		}
 		var err error
 		if c.prefixes, err = cl.Match.Prefixes(); err != nil {
@@ -277,10 +279,14 @@ func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
 	}
 }
 
-// overBudget reports whether c, the class of the request h, is in debt,
-// and counts the refusal.
-func (c *clientClass) overBudget(now int64) bool {
+// overBudget reports whether a request of class c is to be refused at
+// now: c is in debt, and not in a dry run. It counts what it finds.
+func (c *clientClass) overBudget(now int64, dryRun bool) bool {
 	if c.budget == nil || c.budget.Allow(now) {
+		return false
+	}
+	if dryRun {
+		c.dryRefusals.Inc()
 		return false
 	}
 	c.refusals.Inc()

@@ -178,7 +178,7 @@ request_units: {fixed: 4, per_row: 0, per_kib: 0, per_ms: 0}
 	if code, msg := ask(batch, 5); code != 0 {
 		t.Fatalf("refused after the debt was repaid: %s", msg)
 	}
-	if got := metricValue(t, p.clientMetrics.refusals.WithLabelValues("batch")); got != 1 {
+	if got := metricValue(t, p.clientMetrics.refusals.WithLabelValues("batch", "rejected")); got != 1 {
 		t.Errorf("refusals %v, want 1", got)
 	}
 	if got := metricValue(t, p.clientMetrics.units.WithLabelValues("batch")); got != 16 {
@@ -207,6 +207,17 @@ request_units: {fixed: 4, per_row: 0, per_kib: 0, per_ms: 0}
 	}
 	if got := metricValue(t, p.clientMetrics.conns.WithLabelValues("batch")); got != 1 {
 		t.Errorf("batch class connections %v, want 1", got)
+	}
+
+	// In a dry run a class in debt is let through, and counted.
+	if err := p.Reload(parseConfig(t, text("web")+"limits: {dry_run: true}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg := ask(other, 21); code != 0 {
+		t.Errorf("refused in a dry run: %s", msg)
+	}
+	if got := metricValue(t, p.clientMetrics.refusals.WithLabelValues("batch", "dry_run")); got != 1 {
+		t.Errorf("dry run refusals %v, want 1", got)
 	}
 }
 

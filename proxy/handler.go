@@ -112,7 +112,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	if class != nil && !class.Internal {
 		c := s.clientOf()
 		c.requests.Inc()
-		if c.overBudget(now) {
+		if c.overBudget(now, s.p.limits.Load().dryRun) {
 			return s.budgetRefusal(h, c)
 		}
 		req.client, req.size = c, int32(len(f))
