@@ -32,6 +32,7 @@ type clientClasses struct {
 type clientClass struct {
 	name string
 	tier int
+	tag  uint16 // its place among the classes, from 1, for /hot
 	// Each set is nil when its list is not set.
 	users, apps, ids, drivers map[string]bool
 	prefixes                  []netip.Prefix
@@ -119,6 +120,7 @@ func newClientClasses(cfg config.ClientsConfig, units config.RequestUnitsConfig,
 		}
 		m.info.WithLabelValues(cl.Name, strconv.Itoa(c.tier)).Set(cl.MaxUnitsPerSecond)
 		cc.classes = append(cc.classes, c)
+		c.tag = uint16(len(cc.classes))
 	}
 	// The default class matches every connection, whatever its match says.
 	def := cc.classes[len(cc.classes)-1]
@@ -180,6 +182,23 @@ func (s *session) clientOf() *clientClass {
 		s.classesSeen, s.identityChanged = cc, false
 	}
 	return s.caller
+}
+
+// callerTag is the tag of the connection's class for /hot's sketch, 0
+// before it has one.
+func (s *session) callerTag() uint16 {
+	if s.caller == nil {
+		return 0
+	}
+	return s.caller.tag
+}
+
+// className returns the name of the class with tag, "" if none has it now.
+func (cc *clientClasses) className(tag uint16) string {
+	if tag == 0 || int(tag) > len(cc.classes) {
+		return ""
+	}
+	return cc.classes[tag-1].name
 }
 
 // leaveClass takes the closing connection out of its class's count.

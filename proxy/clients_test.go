@@ -173,6 +173,10 @@ request_units: {fixed: 4, per_row: 0, per_kib: 0, per_ms: 0}
 	if code, msg := ask(other, 1); code != 0 {
 		t.Fatalf("another class refused: %s", msg)
 	}
+	// /hot names the class of the partition's last read.
+	if hot := p.Hot(); len(hot) != 1 || hot[0].Class != "default" {
+		t.Errorf("/hot: %+v, want the partition with class default", hot)
+	}
 	// 2 RU of debt, repaid at 10 RU a second.
 	clock.Add(int64(300 * time.Millisecond))
 	if code, msg := ask(batch, 5); code != 0 {

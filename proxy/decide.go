@@ -52,7 +52,7 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		}
 		label := labelOf(p.Table, c.Op)
 		if hot != nil && !c.observed {
-			hot.ObserveAt(now, p.Token, label, p.Key)
+			hot.ObserveTaggedAt(now, p.Token, label, p.Key, s.callerTag())
 		}
 		if !limited {
 			continue

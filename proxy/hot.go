@@ -36,6 +36,9 @@ type HotPartition struct {
 	RateError float64 `json:"rate_error"`
 	// Limit is the partition's limit for Op now, 0 when unlimited.
 	Limit uint32 `json:"limit"`
+	// Class is the client class (clients) of the partition's last
+	// operation.
+	Class string `json:"class,omitempty"`
 	// Served says how the partition's reads are served now (hot_reads):
 	// "cache" (from the cache, else coalesced), "coalesce", or empty when
 	// each is forwarded.
@@ -59,6 +62,7 @@ func (p *Proxy) Hot() []HotPartition {
 	}
 	l := p.limits.Load()
 	hotTables := p.hotReads.tables.Load()
+	classes := p.clients.Load()
 	out := make([]HotPartition, 0, len(top))
 	for _, e := range top {
 		t := tables[e.Label]
@@ -76,7 +80,7 @@ func (p *Proxy) Hot() []HotPartition {
 		}
 		h := HotPartition{
 			Keyspace: t.Keyspace, Table: t.Name, Op: op.String(), Token: e.Token,
-			Rate: e.Rate, RateError: e.Error, Limit: limit,
+			Rate: e.Rate, RateError: e.Error, Limit: limit, Class: classes.className(e.Tag),
 		}
 		if ht := hotTables.table(t); ht != nil && op == OpRead && e.Rate >= ht.rate {
 			h.Served = "coalesce"

@@ -233,7 +233,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	label := labelOf(p.Table, OpRead)
 	if s.p.hot != nil {
 		c.observed = true
-		if s.p.hot.ObserveAt(s.p.epochUnix+now, p.Token, label, p.Key) < t.rate {
+		if s.p.hot.ObserveTaggedAt(s.p.epochUnix+now, p.Token, label, p.Key, s.callerTag()) < t.rate {
 			return action{}, false
 		}
 	} else if t.rate > 0 {

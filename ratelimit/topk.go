@@ -73,6 +73,7 @@ type topSlot struct {
 	heapPos   int32 // its count is heap[heapPos]
 	keyLen    int32
 	truncated bool
+	tag       uint16 // the caller's, as of the last operation
 }
 
 // heapEntry is a tracked partition's count, in the heap rather than in its
@@ -87,6 +88,9 @@ type heapEntry struct {
 type HotEntry struct {
 	Token int64
 	Label Label
+	// Tag is what the caller tagged the partition's last operation with
+	// (ObserveTaggedAt); 0 for none.
+	Tag uint16
 	// Key is a copy of the partition's key, at most the maxKeyBytes given
 	// to NewTopK; Truncated is set when the key was longer.
 	Key       []byte
@@ -145,6 +149,12 @@ func (t *TopK) Observe(token int64, label Label, key []byte) {
 // another has that one's count as its possible overestimate, which is
 // left out, so that a cold partition is never taken for a hot one.
 func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) float64 {
+	return t.ObserveTaggedAt(now, token, label, key, 0)
+}
+
+// ObserveTaggedAt is ObserveAt that also tags the partition with tag,
+// which Top reports: the caller's name for who sent the operation, say.
+func (t *TopK) ObserveTaggedAt(now int64, token int64, label Label, key []byte, tag uint16) float64 {
 	t.mu.Lock()
 	w := t.weightAt(now)
 	h := t.hash(token, label)
@@ -181,6 +191,7 @@ func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) float6
 		t.setKey(i, key)
 		t.down(0)
 	}
+	t.slots[i].tag = tag
 	// Counts are scaled by the weight of an operation now.
 	rate := count / w * t.lambda * 1e9
 	t.mu.Unlock()
@@ -332,6 +343,7 @@ func (t *TopK) Top(dst []HotEntry) []HotEntry {
 			Label:     s.label,
 			Key:       append(e.Key[:0], t.keys[i*t.maxKey:][:s.keyLen]...),
 			Truncated: s.truncated,
+			Tag:       s.tag,
 			Rate:      rate,
 			Error:     s.err * scale,
 		}

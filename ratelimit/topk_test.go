@@ -460,3 +460,16 @@ func TestTopKObserveAtLowerBound(t *testing.T) {
 		t.Errorf("Top still reports the replacement's possible overestimate: %+v", top)
 	}
 }
+
+func TestTopKTags(t *testing.T) {
+	clk := &fakeClock{ns: epoch}
+	tk := NewTopK(4, 0, clk.now)
+	tk.ObserveTaggedAt(clk.ns, 1, 0, nil, 3)
+	tk.ObserveTaggedAt(clk.ns, 1, 0, nil, 5) // the last one counts
+	tk.ObserveAt(clk.ns, 2, 0, nil)
+	for _, e := range tk.Top(nil) {
+		if want := map[int64]uint16{1: 5, 2: 0}[e.Token]; e.Tag != want {
+			t.Errorf("partition %d: tag %d, want %d", e.Token, e.Tag, want)
+		}
+	}
+}
