@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/datastax/go-cassandra-native-protocol/datatype"
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
@@ -285,4 +286,20 @@ request_units: {fixed: 4, per_row: 0, per_kib: 0, per_ms: 0}
 	if code, msg := ask(6, "1"); code != 0 {
 		t.Fatalf("refused after its debt was repaid: %s", msg)
 	}
+}
+
+func BenchmarkRequestUnitsPrice(b *testing.B) {
+	cc := &clientClasses{units: config.RequestUnitsConfig{Fixed: 1, PerRow: 0.1, PerKiB: 0.25, PerMs: 1}}
+	msg := &message.RowsResult{Metadata: &message.RowsMetadata{ColumnCount: 2, Columns: []*message.ColumnMetadata{
+		{Keyspace: "ks", Table: "kv", Name: "k", Type: datatype.Int}, {Keyspace: "ks", Table: "kv", Name: "v", Type: datatype.Blob}}},
+		Data: message.RowSet{{{0, 0, 0, 1}, make([]byte, 64)}}}
+	f := msgFrame(b, 4, 1, msg)
+	h, _ := frame.ParseHeader(f)
+	req := request{size: 40}
+	b.ReportAllocs()
+	var sum float64
+	for range b.N {
+		sum += cc.price(&req, f, h, 500_000)
+	}
+	_ = sum
 }
