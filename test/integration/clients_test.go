@@ -66,12 +66,12 @@ func (p *countingRetryPolicy) GetRetryType(error) gocql.RetryType {
 // TestClassBudgetEnforced floods a proxy whose one client class, flood,
 // has a budget of 20 requests a second, with writes and then reads from
 // each driver in turn: gocql, the DataStax and ScyllaDB Python drivers,
-// the Java driver and ScyllaDB's Rust driver. Every refusal must be
-// Config_error as the driver raises it, naming the class; no driver may
-// retry one: the proxy must have seen, in cqlguard_client_requests_total,
-// exactly the requests the client made, and refused in
-// cqlguard_client_budget_refusals_total those the client saw refused.
-// The Node driver has no limits client.
+// the Java driver, ScyllaDB's Rust driver and the Node.js driver. Every
+// refusal must be Config_error as the driver raises it, naming the class;
+// no driver may retry one: the proxy must have seen, in
+// cqlguard_client_requests_total, exactly the requests the client made,
+// and refused in cqlguard_client_budget_refusals_total those the client saw
+// refused.
 func TestClassBudgetEnforced(t *testing.T) {
 	skipUnlessEnabled(t)
 	os.Setenv("CQLGUARD_TEST_PASSWORD", password)
@@ -244,6 +244,7 @@ func TestClassBudgetEnforced(t *testing.T) {
 		{"python-scylla", "python", "limits_test.py", []string{"CQL_PY_DRIVER=scylla"}, 52},
 		{"java", "java", "limits", nil, 53},
 		{"rust", "rust", "limits_test", nil, 54},
+		{"node", "node", "limits_test", nil, 55},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			env := append([]string{
