@@ -4,18 +4,22 @@ driver, and checks what the driver sees of each refused request.
 With ScyllaDB's fork (CQL_PY_DRIVER=scylla), which opts in to
 SCYLLA_RATE_LIMIT_ERROR, a refused request raises RateLimitReached with the
 operation's type and rejected_by_coordinator set. With the DataStax driver it
-raises ConfigurationException (Config_error) with ScyllaDB's message. Either
-way the driver must not retry: a retry policy records every time the driver
-consults it, and must end with none; the caller also counts the requests
-the proxy saw.
+raises ConfigurationException (Config_error) with ScyllaDB's message. A
+client class over its request unit budget is refused with Config_error
+whatever the driver, naming the class (LIMIT_EXPECT=class_budget): both
+drivers raise ConfigurationException. Either way the driver must not retry:
+a retry policy records every time the driver consults it, and must end with
+none; the caller also counts the requests the proxy saw.
 
 Environment: CQL_HOST, CQL_PORT, CQL_USER, CQL_PASSWORD; LIMIT_KEYSPACE and
 LIMIT_TABLE, a table (k int, c int, PRIMARY KEY (k, c)) limited for reads
 and writes; LIMIT_KEY, the partition to flood; LIMIT_N, requests per
-operation (50); LIMIT_EXPECT, rate_limit or config_error.
+operation (50); LIMIT_EXPECT, rate_limit, config_error or class_budget;
+LIMIT_CLASS, the client class a class_budget refusal names.
 
-Prints one JSON line: {"write": {"accepted": n, "refused": n}, "read": {...},
-"retry_decisions": n, "seconds": s}; exits 1 on anything unexpected.
+Prints the first refusal of each operation, then one JSON line: {"write":
+{"accepted": n, "refused": n}, "read": {...}, "retry_decisions": n,
+"seconds": s}; exits 1 on anything unexpected.
 """
 import json
 import os
@@ -36,11 +40,12 @@ table = os.environ.get("LIMIT_TABLE", "hot")
 key = int(os.environ.get("LIMIT_KEY", "10"))
 n = int(os.environ.get("LIMIT_N", "50"))
 expect = os.environ.get("LIMIT_EXPECT", "config_error")
+client_class = os.environ.get("LIMIT_CLASS", "default")
 
 if expect == "rate_limit":
     from cassandra import OperationType, RateLimitReached
-elif expect != "config_error":
-    print(f"LIMIT_EXPECT={expect!r}: want rate_limit or config_error", file=sys.stderr)
+elif expect not in ("config_error", "class_budget"):
+    print(f"LIMIT_EXPECT={expect!r}: want rate_limit, config_error or class_budget", file=sys.stderr)
     sys.exit(2)
 
 
@@ -83,6 +88,8 @@ session = cluster.connect()
 insert = session.prepare(f"INSERT INTO {ks}.{table} (k, c) VALUES (?, ?)")
 select = SimpleStatement(f"SELECT c FROM {ks}.{table} WHERE k = %s LIMIT 1")
 message = "Per-partition rate limit reached for {op} in table " + f"{ks}.{table}, rejected by coordinator"
+if expect == "class_budget":
+    message = f"client class {client_class} is over its budget"
 
 
 def check_refusal(e, op):
@@ -111,6 +118,8 @@ for op, run in (("write", lambda i: session.execute(insert, (key, i))),
             accepted += 1
         except Exception as e:  # noqa: BLE001 - each is checked
             check_refusal(e, op)
+            if refused == 0:
+                print(f"refused {op}: {type(e).__module__}.{type(e).__name__}: {e}", flush=True)
             refused += 1
     result[op] = {"accepted": accepted, "refused": refused}
 result["retry_decisions"] = len(retry.decisions)

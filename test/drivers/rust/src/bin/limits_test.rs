@@ -5,7 +5,10 @@
 //! it, so a refused request fails with DbError::RateLimitReached carrying the
 //! operation's type and rejected_by_coordinator set (LIMIT_EXPECT=rate_limit).
 //! Were the extension not advertised it would be DbError::ConfigError with
-//! ScyllaDB's message (LIMIT_EXPECT=config_error).
+//! ScyllaDB's message (LIMIT_EXPECT=config_error). A client class over its
+//! request unit budget is refused with Config_error whether or not the
+//! extension is advertised, DbError::ConfigError naming the class
+//! (LIMIT_EXPECT=class_budget).
 //!
 //! The driver consults its retry policy on every failed attempt, so the
 //! session's policy records each consultation, asks the driver's default
@@ -17,13 +20,15 @@
 //! Environment: CQL_HOST, CQL_PORT, CQL_USER, CQL_PASSWORD; LIMIT_KEYSPACE
 //! and LIMIT_TABLE, a table (k int, c int, PRIMARY KEY (k, c)) limited for
 //! reads and writes; LIMIT_KEY, the partition to flood; LIMIT_N, requests
-//! per operation (50); LIMIT_EXPECT, rate_limit (the default) or
-//! config_error.
+//! per operation (50); LIMIT_EXPECT, rate_limit (the default), config_error
+//! or class_budget; LIMIT_CLASS, the client class a class_budget refusal
+//! names.
 //!
-//! Prints one JSON line: {"write": {"accepted": n, "refused": n}, "read":
-//! {...}, "retry_consulted": n, "retry_decisions": n, "seconds": s}, where
-//! retry_decisions counts the retries the default policy would have made;
-//! exits 1 on anything unexpected.
+//! Prints the first refusal of each operation, then one JSON line:
+//! {"write": {"accepted": n, "refused": n}, "read": {...}, "retry_consulted":
+//! n, "retry_decisions": n, "seconds": s}, where retry_decisions counts the
+//! retries the default policy would have made; exits 1 on anything
+//! unexpected.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,6 +89,7 @@ fn fail(msg: String) -> ! {
 enum Expect {
     RateLimit,
     ConfigError,
+    ClassBudget,
 }
 
 /// Fails unless e is the refusal this driver should see for op.
@@ -110,7 +116,7 @@ fn check_refusal(e: &ExecutionError, op: &str, expect: Expect, message: &str) {
                 ));
             }
         }
-        (Expect::ConfigError, DbError::ConfigError) => {}
+        (Expect::ConfigError | Expect::ClassBudget, DbError::ConfigError) => {}
         _ => fail(format!(
             "{op}: {db:?}: {msg}; want {}",
             if expect == Expect::RateLimit {
@@ -132,11 +138,13 @@ async fn main() {
     let table = env_or("LIMIT_TABLE", "hot");
     let key: i32 = env_parse("LIMIT_KEY", 40);
     let n: u32 = env_parse("LIMIT_N", 50);
+    let class = env_or("LIMIT_CLASS", "default");
     let expect = match env_or("LIMIT_EXPECT", "rate_limit").as_str() {
         "rate_limit" => Expect::RateLimit,
         "config_error" => Expect::ConfigError,
+        "class_budget" => Expect::ClassBudget,
         other => {
-            eprintln!("LIMIT_EXPECT={other}: want rate_limit or config_error");
+            eprintln!("LIMIT_EXPECT={other}: want rate_limit, config_error or class_budget");
             std::process::exit(2)
         }
     };
@@ -169,7 +177,11 @@ async fn main() {
     let mut refused_total = 0;
     let start = Instant::now();
     for op in ["write", "read"] {
-        let message = format!("Per-partition rate limit reached for {op} in table {ks}.{table}, rejected by coordinator");
+        let message = if expect == Expect::ClassBudget {
+            format!("client class {class} is over its budget")
+        } else {
+            format!("Per-partition rate limit reached for {op} in table {ks}.{table}, rejected by coordinator")
+        };
         let (mut accepted, mut refused) = (0, 0);
         for i in 0..n {
             let r = if op == "write" {
@@ -181,6 +193,9 @@ async fn main() {
                 Ok(_) => accepted += 1,
                 Err(e) => {
                     check_refusal(&e, op, expect, &message);
+                    if refused == 0 {
+                        println!("refused {op}: {e:?}");
+                    }
                     refused += 1;
                 }
             }

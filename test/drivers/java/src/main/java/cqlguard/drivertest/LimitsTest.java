@@ -18,8 +18,10 @@ import java.util.Map;
  *
  * <p>The Java driver does not opt in to SCYLLA_RATE_LIMIT_ERROR, so a refusal
  * is Config_error with ScyllaDB's message, which the driver raises as
- * InvalidConfigurationInQueryException. It must not retry it: the statements
- * are marked idempotent, so that any error the driver might retry reaches
+ * InvalidConfigurationInQueryException; so is a client class over its
+ * request unit budget, whose message names the class
+ * (LIMIT_EXPECT=class_budget). It must not retry either: the statements are
+ * marked idempotent, so that any error the driver might retry reaches
  * RecordingRetryPolicy, which records it and rethrows; the run must end with
  * no decision recorded, and speculative executions are off. The caller also
  * counts the requests the proxy saw.
@@ -27,11 +29,13 @@ import java.util.Map;
  * <p>Environment: CQL_HOST, CQL_PORT, CQL_USER, CQL_PASSWORD, CQL_DC;
  * LIMIT_KEYSPACE and LIMIT_TABLE, a table (k int, c int, PRIMARY KEY (k, c))
  * limited for reads and writes; LIMIT_KEY, the partition to flood; LIMIT_N,
- * requests per operation (50); LIMIT_EXPECT, config_error (the only kind this
- * driver can see).
+ * requests per operation (50); LIMIT_EXPECT, config_error or class_budget
+ * (both Config_error, the only kind this driver can see); LIMIT_CLASS, the
+ * client class a class_budget refusal names.
  *
- * <p>Prints one JSON line: {"write": {"accepted": n, "refused": n}, "read":
- * {...}, "retry_decisions": n, "seconds": s}; exits 1 on anything unexpected.
+ * <p>Prints the first refusal of each operation, then one JSON line:
+ * {"write": {"accepted": n, "refused": n}, "read": {...}, "retry_decisions":
+ * n, "seconds": s}; exits 1 on anything unexpected.
  */
 public final class LimitsTest {
   private LimitsTest() {}
@@ -53,10 +57,11 @@ public final class LimitsTest {
     int key = Integer.parseInt(Settings.env("LIMIT_KEY", "30"));
     int n = Integer.parseInt(Settings.env("LIMIT_N", "50"));
     String expect = Settings.env("LIMIT_EXPECT", "config_error");
-    if (!expect.equals("config_error")) {
-      System.err.println("LIMIT_EXPECT=" + expect + ": the Java driver sees only config_error");
+    if (!expect.equals("config_error") && !expect.equals("class_budget")) {
+      System.err.println("LIMIT_EXPECT=" + expect + ": the Java driver sees only config_error or class_budget");
       System.exit(2);
     }
+    String clientClass = Settings.env("LIMIT_CLASS", "default");
 
     CqlSession session =
         s.session(
@@ -80,6 +85,9 @@ public final class LimitsTest {
     // A SELECT with its value bound in the QUERY message, not prepared.
     String select = "SELECT c FROM " + ks + "." + table + " WHERE k = ? LIMIT 1";
     String message = "Per-partition rate limit reached for %s in table " + ks + "." + table + ", rejected by coordinator";
+    if (expect.equals("class_budget")) {
+      message = "client class " + clientClass + " is over its budget";
+    }
 
     Map<String, Op> ops = new LinkedHashMap<>();
     ops.put("write", i -> session.execute(insert.bind(key, i)));
@@ -104,6 +112,9 @@ public final class LimitsTest {
           String want = String.format(message, op);
           if (err.getMessage() == null || !err.getMessage().contains(want)) {
             fail(op + ": message " + err.getMessage() + "; want \"" + want + "\"");
+          }
+          if (refused == 0) {
+            System.out.println("refused " + op + ": " + err.getClass().getName() + ": " + err.getMessage());
           }
           refused++;
         }

@@ -1,0 +1,270 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/proxy"
+)
+
+// clientsConfig is the budget proxy's configuration file, after its listen
+// line: no partition limits, and every connection of the default class,
+// flood, whose budget of 20 request units a second, at 1 unit a request,
+// admits 20 requests a second after a burst of 20.
+const clientsConfig = `upstreams: [127.0.0.2:9042]
+admin: {listen: ""}
+schema: {username: cassandra, password_env: CQLGUARD_TEST_PASSWORD}
+clients: {default: {name: flood, max_units_per_second: 20}}
+request_units: {fixed: 1, per_row: 0, per_kib: 0, per_ms: 0}
+`
+
+const (
+	budgetClass    = "flood"
+	budgetPerSec   = 20
+	budgetKeyspace = "cqlguard_clients"
+	budgetTable    = "flood"
+)
+
+// budgetRun is what one driver did in a flood of the budget proxy, in the
+// limits clients' JSON.
+type budgetRun struct {
+	Write, Read struct{ Accepted, Refused int }
+	// RetryDecisions counts the retries the driver made or, for the Rust
+	// driver, that its default policy would have made.
+	RetryDecisions int `json:"retry_decisions"`
+	Seconds        float64
+}
+
+// countingRetryPolicy is gocql's retry policy for the budget flood: it
+// counts each time gocql consults it and never retries.
+type countingRetryPolicy struct{ consulted atomic.Int64 }
+
+func (p *countingRetryPolicy) Attempt(gocql.RetryableQuery) bool {
+	p.consulted.Add(1)
+	return false
+}
+
+func (p *countingRetryPolicy) GetRetryType(error) gocql.RetryType {
+	p.consulted.Add(1)
+	return gocql.Rethrow
+}
+
+// TestClassBudgetEnforced floods a proxy whose one client class, flood,
+// has a budget of 20 requests a second, with writes and then reads from
+// each driver in turn: gocql, the DataStax and ScyllaDB Python drivers,
+// the Java driver, ScyllaDB's Rust driver and the Node.js driver. Every
+// refusal must be Config_error as the driver raises it, naming the class;
+// no driver may retry one: the proxy must have seen, in
+// cqlguard_client_requests_total, exactly the requests the client made,
+// and refused in cqlguard_client_budget_refusals_total those the client saw
+// refused.
+func TestClassBudgetEnforced(t *testing.T) {
+	skipUnlessEnabled(t)
+	os.Setenv("CQLGUARD_TEST_PASSWORD", password)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	path := filepath.Join(t.TempDir(), "cqlguard.yaml")
+	if err := os.WriteFile(path, []byte("listen: "+ln.Addr().String()+"\n"+clientsConfig), 0o600); err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	seen := &classLog{watched: map[string]bool{budgetKeyspace: true}, byTable: map[string][]observation{}}
+	reg := prometheus.NewRegistry()
+	p, err := proxy.New(cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), reg, proxy.WithObserver(seen.add))
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Shutdown(ctx)
+	}()
+	setup := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) { c.Timeout = 20 * time.Second },
+		"CREATE KEYSPACE IF NOT EXISTS "+budgetKeyspace+" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+		"CREATE TABLE IF NOT EXISTS "+budgetKeyspace+"."+budgetTable+" (k int, c int, PRIMARY KEY (k, c))",
+	)
+	setup.Close()
+
+	// counters returns the class's requests and budget refusals so far.
+	counters := func(t *testing.T) (requests, refusals int) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if label(m, "class") != budgetClass {
+					continue
+				}
+				switch mf.GetName() {
+				case "cqlguard_client_requests_total":
+					requests = int(m.GetCounter().GetValue())
+				case "cqlguard_client_budget_refusals_total":
+					refusals = int(m.GetCounter().GetValue())
+				}
+			}
+		}
+		return requests, refusals
+	}
+	// forwarded returns how many reads and writes of the table the proxy
+	// let through since the last call: the observer sees no request the
+	// budget refused.
+	forwarded := func() int {
+		n := 0
+		for _, o := range seen.take(budgetKeyspace, budgetTable) {
+			if o.op == proxy.OpRead || o.op == proxy.OpWrite {
+				n++
+			}
+		}
+		return n
+	}
+	// check compares what a driver reports of its flood of n writes and n
+	// reads with what the proxy counted meanwhile.
+	const n = 100
+	check := func(t *testing.T, res budgetRun, requests, refusals int) {
+		t.Helper()
+		if res.Write.Accepted+res.Write.Refused != n || res.Read.Accepted+res.Read.Refused != n {
+			t.Errorf("%+v: want %d writes and %d reads", res, n, n)
+		}
+		if res.Write.Refused == 0 || res.Read.Refused == 0 || res.Write.Accepted == 0 {
+			t.Errorf("%+v: want writes accepted, and writes and reads refused", res)
+		}
+		// A bucket of 1 s admits a sequential client while it is not in
+		// debt: its burst, what it earns meanwhile, and the request that
+		// takes it into debt.
+		accepted := res.Write.Accepted + res.Read.Accepted
+		if most := budgetPerSec + int(budgetPerSec*res.Seconds) + 2; accepted > most {
+			t.Errorf("%d requests accepted in %.2f s; want at most %d", accepted, res.Seconds, most)
+		}
+		if res.RetryDecisions != 0 {
+			t.Errorf("%d retry decisions; want none", res.RetryDecisions)
+		}
+		if requests != 2*n {
+			t.Errorf("the proxy saw %d requests of class %s for %d: refusals were retried", requests, budgetClass, 2*n)
+		}
+		if refused := res.Write.Refused + res.Read.Refused; refusals != refused {
+			t.Errorf("the proxy refused %d requests for the budget, the driver saw %d refused", refusals, refused)
+		}
+		if got := forwarded(); got != accepted {
+			t.Errorf("the proxy forwarded %d requests, the driver saw %d accepted", got, accepted)
+		}
+		t.Logf("%d writes and %d reads: %d and %d accepted, %d and %d refused in %.2f s; %d retry decisions; the proxy saw %d requests of class %s and refused %d",
+			n, n, res.Write.Accepted, res.Read.Accepted, res.Write.Refused, res.Read.Refused, res.Seconds,
+			res.RetryDecisions, requests, budgetClass, refusals)
+	}
+	// delta runs f and returns the class's requests and refusals it made.
+	delta := func(t *testing.T, f func()) (requests, refusals int) {
+		t.Helper()
+		forwarded()
+		req0, ref0 := counters(t)
+		f()
+		req1, ref1 := counters(t)
+		return req1 - req0, ref1 - ref0
+	}
+	want := "cqlguard: client class " + budgetClass + " is over its budget of " + strconv.Itoa(budgetPerSec) +
+		" request units per second (clients: max_units_per_second); retry later"
+
+	t.Run("gocql", func(t *testing.T) {
+		// gocql consults its retry policy only for idempotent queries,
+		// which by default these are not: the policy must not be asked.
+		retry := &countingRetryPolicy{}
+		s := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) {
+			c.Timeout = 20 * time.Second
+			c.RetryPolicy = retry
+		})
+		defer s.Close()
+		var res budgetRun
+		requests, refusals := delta(t, func() {
+			start := time.Now()
+			for _, op := range []struct {
+				name   string
+				stmt   string
+				counts *struct{ Accepted, Refused int }
+			}{
+				{"write", "INSERT INTO " + budgetKeyspace + "." + budgetTable + " (k, c) VALUES (50, ?)", &res.Write},
+				{"read", "SELECT c FROM " + budgetKeyspace + "." + budgetTable + " WHERE k = 50 AND c = ?", &res.Read},
+			} {
+				for i := range n {
+					err := s.Query(op.stmt, i).Exec()
+					var cfgErr *gocql.RequestErrConfig
+					switch {
+					case err == nil:
+						op.counts.Accepted++
+					case errors.As(err, &cfgErr) && cfgErr.Message() == want:
+						if op.counts.Refused == 0 {
+							t.Logf("refused %s: %T: %v", op.name, err, err)
+						}
+						op.counts.Refused++
+					default:
+						t.Fatalf("%s: %T: %v; want *gocql.RequestErrConfig: %s", op.name, err, err, want)
+					}
+				}
+			}
+			res.Seconds = time.Since(start).Seconds()
+		})
+		res.RetryDecisions = int(retry.consulted.Load())
+		check(t, res, requests, refusals)
+	})
+
+	// The other drivers run their limits client, which floods a partition
+	// with writes and then reads, checks each refusal is the Config_error
+	// its driver raises for the class (LIMIT_EXPECT=class_budget), and
+	// prints a JSON line of what was accepted and refused.
+	for _, d := range []struct {
+		name, dir, script string
+		env               []string
+		key               int
+	}{
+		{"python-datastax", "python", "limits_test.py", []string{"CQL_PY_DRIVER=datastax"}, 51},
+		{"python-scylla", "python", "limits_test.py", []string{"CQL_PY_DRIVER=scylla"}, 52},
+		{"java", "java", "limits", nil, 53},
+		{"rust", "rust", "limits_test", nil, 54},
+		{"node", "node", "limits_test", nil, 55},
+	} {
+		t.Run(d.name, func(t *testing.T) {
+			env := append([]string{
+				"CQL_PORT=" + port, "LIMIT_EXPECT=class_budget", "LIMIT_CLASS=" + budgetClass,
+				"LIMIT_KEYSPACE=" + budgetKeyspace, "LIMIT_TABLE=" + budgetTable,
+				"LIMIT_KEY=" + strconv.Itoa(d.key), "LIMIT_N=" + strconv.Itoa(n),
+			}, d.env...)
+			var out string
+			requests, refusals := delta(t, func() { out = runDriverScript(t, d.dir, d.script, env...) })
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			var res budgetRun
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+				t.Fatalf("driver output: %v", err)
+			}
+			for _, l := range lines {
+				if strings.HasPrefix(l, "refused ") && !strings.Contains(l, want) {
+					t.Errorf("%s; want the message %q", l, want)
+				}
+			}
+			check(t, res, requests, refusals)
+		})
+	}
+}
