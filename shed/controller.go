@@ -1,0 +1,206 @@
+package shed
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxTier is the least important tier; 0 is the most important and is
+// never shed.
+const MaxTier = 9
+
+// Defaults of a ControllerConfig's zero fields. A healthy node's ratio
+// stays within a few percent of 1 (see the package's tests), far from
+// DefaultRatioBelow; a ratio of 0.5 is a short-term quantile twice the usual.
+const (
+	DefaultRatioBelow   = 0.5
+	DefaultRatioRecover = 0.8
+	DefaultRise         = 2 * time.Second
+	DefaultFall         = 5 * time.Second
+	DefaultMaxStep      = time.Second
+)
+
+// ControllerConfig sets how a Controller sheds. A zero field takes its
+// default.
+type ControllerConfig struct {
+	// RatioBelow is the latency ratio under which the node is slow and
+	// shedding rises. DefaultRatioBelow.
+	RatioBelow float64
+	// RatioRecover is the latency ratio from which the node is well again
+	// and shedding falls, if the queue is not standing either. Between
+	// RatioBelow and RatioRecover shedding holds where it is, so that it
+	// settles where it is enough instead of swinging. DefaultRatioRecover.
+	RatioRecover float64
+	// Rise is how long an unhealthy signal takes to shed one more tier
+	// entirely, from none of its requests to all. DefaultRise.
+	Rise time.Duration
+	// Fall is how long healthy signals take to give one tier back
+	// entirely. DefaultFall.
+	Fall time.Duration
+	// MaxStep is the longest time between two updates that counts: a
+	// ticker that stalled longer moves shedding no further than this.
+	// DefaultMaxStep.
+	MaxStep time.Duration
+	// Tiers are the tiers that carry traffic, in any order, 0 to MaxTier:
+	// shedding goes from the least important of them to the most without
+	// spending time on tiers that no request has. Tier 0 among them
+	// changes nothing. A tier not listed is shed like the next more
+	// important one listed, and never if none is. Empty: 1 to MaxTier.
+	Tiers []int
+}
+
+func (c ControllerConfig) withDefaults() ControllerConfig {
+	if c.RatioBelow == 0 {
+		c.RatioBelow = DefaultRatioBelow
+	}
+	if c.RatioRecover == 0 {
+		c.RatioRecover = DefaultRatioRecover
+	}
+	if c.Rise == 0 {
+		c.Rise = DefaultRise
+	}
+	if c.Fall == 0 {
+		c.Fall = DefaultFall
+	}
+	if c.MaxStep == 0 {
+		c.MaxStep = DefaultMaxStep
+	}
+	return c
+}
+
+// Validate reports what is wrong with c, once its zero fields have taken
+// their defaults.
+func (c ControllerConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if !(c.RatioBelow > 0 && c.RatioBelow < 1) {
+		errs = append(errs, fmt.Errorf("ratio below %v is outside (0, 1)", c.RatioBelow))
+	}
+	if !(c.RatioRecover >= c.RatioBelow && c.RatioRecover <= 1) {
+		errs = append(errs, fmt.Errorf("ratio recover %v is outside [ratio below %v, 1]", c.RatioRecover, c.RatioBelow))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"rise", c.Rise}, {"fall", c.Fall}, {"max step", c.MaxStep}} {
+		if d.v < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s %v is under 1ms", d.name, d.v))
+		}
+	}
+	for _, t := range c.Tiers {
+		if t < 0 || t > MaxTier {
+			errs = append(errs, fmt.Errorf("tier %d is outside 0 to %d", t, MaxTier))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Controller turns the signals into a fraction of requests to shed for
+// each tier. Its state is a pressure, in tiers: at pressure p the least
+// important tier in use has min(p, 1) of its requests shed, the next
+// min(max(p-1, 0), 1), and so on, so that a tier is shed only once every
+// less important one is shed entirely. Pressure rises at one tier per Rise
+// while a signal is unhealthy and falls at one per Fall while all are
+// healthy: each fraction moves by at most one update's worth at a time.
+//
+// Update is meant for one goroutine on a ticker; Fraction and Shed for any
+// number of request paths, without a lock.
+type Controller struct {
+	cfg  ControllerConfig
+	rank [MaxTier + 1]int // how many tiers in use are less important
+	top  float64          // how many tiers can be shed: pressure's ceiling
+
+	mu       sync.Mutex
+	pressure float64
+	last     int64
+	started  bool
+
+	fractions [MaxTier + 1]atomic.Uint64 // math.Float64bits
+	pressureF atomic.Uint64
+}
+
+// NewController returns a Controller as cfg says, shedding nothing.
+func NewController(cfg ControllerConfig) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("shed: controller: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	var used [MaxTier + 1]bool
+	if len(cfg.Tiers) == 0 {
+		for t := 1; t <= MaxTier; t++ {
+			used[t] = true
+		}
+	}
+	for _, t := range cfg.Tiers {
+		used[t] = t > 0
+	}
+	c := &Controller{cfg: cfg}
+	for t := range c.rank {
+		for u := t + 1; u <= MaxTier; u++ {
+			if used[u] {
+				c.rank[t]++
+			}
+		}
+		if used[t] {
+			c.top++
+		}
+	}
+	return c, nil
+}
+
+// Update moves shedding on to clock reading now, from the signals: the
+// latency ratio and whether it is to be trusted (Latency.Ratio), and
+// whether the queue is standing (Queue.Standing). A NaN or non-positive
+// ratio is not trusted.
+func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started {
+		c.started, c.last = true, now
+		return
+	}
+	dt := min(max(now-c.last, 0), int64(c.cfg.MaxStep))
+	c.last = max(c.last, now)
+	if !(ratio > 0) || math.IsInf(ratio, 0) {
+		ratioOK = false
+	}
+	slow := ratioOK && ratio < c.cfg.RatioBelow
+	well := !ratioOK || ratio >= c.cfg.RatioRecover
+	switch {
+	case slow || queueOver:
+		c.pressure += float64(dt) / float64(c.cfg.Rise)
+	case well:
+		c.pressure -= float64(dt) / float64(c.cfg.Fall)
+	}
+	c.pressure = min(max(c.pressure, 0), c.top)
+	for t := range c.fractions {
+		f := 0.0
+		if t > 0 {
+			f = min(max(c.pressure-float64(c.rank[t]), 0), 1)
+		}
+		c.fractions[t].Store(math.Float64bits(f))
+	}
+	c.pressureF.Store(math.Float64bits(c.pressure))
+}
+
+// Pressure returns how many tiers' worth of requests are being shed.
+func (c *Controller) Pressure() float64 {
+	return math.Float64frombits(c.pressureF.Load())
+}
+
+// Fraction returns the fraction of tier's requests to shed, 0 to 1; always
+// 0 for tier 0. A tier under 0 is taken for 0, one over MaxTier for
+// MaxTier.
+func (c *Controller) Fraction(tier int) float64 {
+	return math.Float64frombits(c.fractions[min(max(tier, 0), MaxTier)].Load())
+}
+
+// Shed reports whether to shed a request of tier, given draw, a number
+// drawn uniformly from [0, 1) for this request.
+func (c *Controller) Shed(tier int, draw float64) bool {
+	return draw < c.Fraction(tier)
+}

@@ -1,0 +1,287 @@
+package shed
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+const tick = int64(100 * time.Millisecond)
+
+func newController(t testing.TB, cfg ControllerConfig) *Controller {
+	t.Helper()
+	c, err := NewController(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// checkOrder fails unless c's fractions are in [0, 1], tier 0's is 0, and
+// no tier is shed at all while a less important one is not shed entirely.
+func checkOrder(t *testing.T, c *Controller, at time.Duration) {
+	t.Helper()
+	if f := c.Fraction(0); f != 0 {
+		t.Fatalf("at %v: tier 0 shed %v", at, f)
+	}
+	for a := 1; a <= MaxTier; a++ {
+		fa := c.Fraction(a)
+		if !(fa >= 0 && fa <= 1) {
+			t.Fatalf("at %v: tier %d's fraction %v", at, a, fa)
+		}
+		for b := a + 1; b <= MaxTier; b++ {
+			if fa > 0 && c.Fraction(b) < 1 {
+				t.Fatalf("at %v: tier %d shed %v while tier %d only %v", at, a, fa, b, c.Fraction(b))
+			}
+		}
+	}
+}
+
+// TestControllerHealthy runs healthy nodes for ten minutes each, at rates
+// from the fewest answers that the defaults trust to many, with a tail of
+// outliers, and every 7 s a burst of requests that queue in the proxy and
+// drain within 10 ms: nothing is ever shed. (At 100 answers a second an
+// interval of 100 ms may hold only requests of a burst, which is a standing
+// queue for CoDel; that rate runs without bursts.)
+func TestControllerHealthy(t *testing.T) {
+	t.Parallel()
+	for _, rate := range []int{100, 200, 2000} {
+		t.Run(fmt.Sprint(rate), func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(uint64(rate), 9))
+			l, _ := NewLatency(LatencyConfig{})
+			q, _ := NewQueue(QueueConfig{})
+			c := newController(t, ControllerConfig{})
+			gap := int64(time.Second) / int64(rate)
+			base := int64(1e12)
+			next := base
+			lowest := math.Inf(1)
+			for at := base; at < base+int64(10*time.Minute); at += 1 + r.Int64N(2*gap) {
+				v := int64(2e6 * math.Exp(0.5*r.NormFloat64()))
+				if r.IntN(200) == 0 {
+					v = int64(2e6 / math.Pow(1-r.Float64(), 1/1.2))
+				}
+				l.Observe(at, v)
+				wait := int64(0)
+				if into := at % int64(7*time.Second); rate > 100 && into < int64(10*time.Millisecond) {
+					wait = int64(10*time.Millisecond) - into
+				}
+				q.Observe(at, wait)
+				for ; next <= at; next += tick {
+					ratio, ok := l.Ratio(next)
+					_, over := q.Standing(next)
+					c.Update(next, ratio, ok, over)
+					if ok {
+						lowest = min(lowest, ratio)
+					}
+					if p := c.Pressure(); p != 0 {
+						t.Fatalf("at %v: pressure %v (ratio %v, ok %v, queue over %v)", time.Duration(next-base), p, ratio, ok, over)
+					}
+				}
+			}
+			t.Logf("lowest ratio %.3f", lowest)
+		})
+	}
+}
+
+// step is a scripted run of the controller's signals.
+type step struct {
+	from, to  time.Duration // the unhealthy signal's span
+	ratio     float64       // the ratio during the span; 1 outside
+	queueOver bool          // the queue during the span
+}
+
+// runStep updates a controller every tick for d with s's signals, checking
+// the order of the tiers and that no fraction moves by more than a tick's
+// worth, and returns the fractions of tiers 1 to 9 every second.
+func runStep(t *testing.T, cfg ControllerConfig, s step, d time.Duration) [][MaxTier + 1]float64 {
+	c := newController(t, cfg)
+	cfg = cfg.withDefaults()
+	maxMove := float64(tick)/float64(min(cfg.Rise, cfg.Fall)) + 1e-9
+	var rows [][MaxTier + 1]float64
+	var prev [MaxTier + 1]float64
+	base := int64(1e12)
+	for at := time.Duration(0); at <= d; at += time.Duration(tick) {
+		ratio, over := 1.0, false
+		if at >= s.from && at < s.to {
+			ratio, over = s.ratio, s.queueOver
+		}
+		c.Update(base+int64(at), ratio, true, over)
+		checkOrder(t, c, at)
+		var row [MaxTier + 1]float64
+		for tier := range row {
+			row[tier] = c.Fraction(tier)
+			if math.Abs(row[tier]-prev[tier]) > maxMove {
+				t.Fatalf("at %v: tier %d moved from %v to %v", at, tier, prev[tier], row[tier])
+			}
+		}
+		prev = row
+		if at%time.Second == 0 {
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+func table(rows [][MaxTier + 1]float64) string {
+	var b strings.Builder
+	b.WriteString("\n   s  t1   t2   t3   t4   t5   t6   t7   t8   t9\n")
+	for s, row := range rows {
+		fmt.Fprintf(&b, "%4d", s)
+		for tier := 1; tier <= MaxTier; tier++ {
+			fmt.Fprintf(&b, " %4.2f", row[tier])
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// TestControllerStep scripts a step in each signal: shedding rises while it
+// lasts, least important tier first, and falls back to nothing after it.
+func TestControllerStep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		s    step
+		peak float64 // pressure at the step's end: its length over Rise
+	}{
+		{"ratio", step{from: 5 * time.Second, to: 12 * time.Second, ratio: 0.3}, 3.5},
+		{"queue", step{from: 5 * time.Second, to: 12 * time.Second, ratio: 1, queueOver: true}, 3.5},
+		{"ratio in the hold band", step{from: 5 * time.Second, to: 12 * time.Second, ratio: 0.6}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rows := runStep(t, ControllerConfig{}, tc.s, 40*time.Second)
+			t.Log(table(rows))
+			for s, row := range rows {
+				at := time.Duration(s) * time.Second
+				if at < tc.s.from && row[MaxTier] != 0 {
+					t.Errorf("at %v, before the step: tier 9 shed %v", at, row[MaxTier])
+				}
+			}
+			// The pressure at the step's end, and its remains 18 s
+			// later: 3.6 tiers at 1 per 5 s from 3.5 is 0.
+			peak := rows[12]
+			got := 0.0
+			for tier := 1; tier <= MaxTier; tier++ {
+				got += peak[tier]
+			}
+			if math.Abs(got-tc.peak) > 0.11 {
+				t.Errorf("pressure at the step's end %v, want %v", got, tc.peak)
+			}
+			if last := rows[len(rows)-1]; last[MaxTier] != 0 {
+				t.Errorf("tier 9 still shed %v at the end", last[MaxTier])
+			}
+		})
+	}
+}
+
+// TestControllerEnough sheds from a node that can answer 650 requests a
+// second, offered 100 a second by each of tiers 1 to 9, whose requests
+// queue in the proxy while more are sent than it answers: shedding settles
+// at 2.5 tiers, tiers 9 and 8 entirely and half of tier 7, and no more.
+func TestControllerEnough(t *testing.T) {
+	t.Parallel()
+	q, _ := NewQueue(QueueConfig{})
+	c := newController(t, ControllerConfig{})
+	base := int64(1e12)
+	for at := int64(0); at <= int64(60*time.Second); at += tick {
+		_, over := q.Standing(base + at)
+		c.Update(base+at, 1, true, over)
+		checkOrder(t, c, time.Duration(at))
+		sent := 0.0
+		for tier := 1; tier <= MaxTier; tier++ {
+			sent += 100 * (1 - c.Fraction(tier))
+		}
+		wait := int64(0)
+		if sent > 650 {
+			wait = int64(20 * time.Millisecond)
+		}
+		for i := range int64(10) {
+			q.Observe(base+at+i*tick/10, wait)
+		}
+		if at >= int64(30*time.Second) {
+			if p := c.Pressure(); math.Abs(p-2.5) > 0.1 {
+				t.Fatalf("at %v: pressure %v, want 2.5 give or take 0.1", time.Duration(at), p)
+			}
+			if f := c.Fraction(6); f != 0 {
+				t.Fatalf("at %v: tier 6 shed %v", time.Duration(at), f)
+			}
+		}
+	}
+}
+
+// TestControllerTiers sheds only the tiers in use, least important first,
+// and a tier not in use like the next more important one in use.
+func TestControllerTiers(t *testing.T) {
+	t.Parallel()
+	c := newController(t, ControllerConfig{Tiers: []int{0, 2, 5, 5}, Rise: time.Second})
+	base := int64(1e12)
+	for at := int64(0); at <= int64(1500*time.Millisecond); at += tick {
+		c.Update(base+at, 0.1, true, false)
+	}
+	// 1.5 tiers: all of tier 5 and half of tier 2; tiers 3 and 4 like
+	// tier 2, tiers 6 to 9 like tier 5, tier 1 never.
+	want := [MaxTier + 1]float64{0, 0, 0.5, 0.5, 0.5, 1, 1, 1, 1, 1}
+	for tier, w := range want {
+		if got := c.Fraction(tier); math.Abs(got-w) > 1e-9 {
+			t.Errorf("tier %d: fraction %v, want %v", tier, got, w)
+		}
+	}
+	for at := int64(1600 * time.Millisecond); at <= int64(5*time.Second); at += tick {
+		c.Update(base+at, 0.1, true, false)
+	}
+	if p := c.Pressure(); p != 2 {
+		t.Errorf("pressure %v, want 2, all the tiers in use", p)
+	}
+	if c.Fraction(0) != 0 || c.Shed(0, 0) || c.Shed(-1, 0) {
+		t.Error("tier 0 shed")
+	}
+	if c.Shed(1, 0) {
+		t.Error("tier 1, more important than every tier in use, shed")
+	}
+	if !c.Shed(2, 0.999) || !c.Shed(12, 0.999) {
+		t.Error("tiers 2 and 12 not shed entirely")
+	}
+}
+
+// TestControllerRecorded runs the controller on the recorded stream, whose
+// latency rises a thousandfold from 15 s to 22 s while its answers fall
+// from about 900 a second to 40: shedding starts within a second of the
+// step, not before, and is gone by the end.
+func TestControllerRecorded(t *testing.T) {
+	t.Parallel()
+	base := int64(1e12)
+	s := loadRecorded(t, base)
+	l, err := NewLatency(LatencyConfig{Short: 500 * time.Millisecond, Long: 10 * time.Second, MinSamples: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newController(t, ControllerConfig{Fall: time.Second})
+	i := 0
+	var first time.Duration
+	for now := base; now <= s.at[len(s.at)-1]; now += tick {
+		for ; i < len(s.at) && s.at[i] <= now; i++ {
+			l.Observe(s.at[i], s.lat[i])
+		}
+		ratio, ok := l.Ratio(now)
+		c.Update(now, ratio, ok, false)
+		at := time.Duration(now - base)
+		if c.Pressure() > 0 && first == 0 {
+			first = at
+			t.Logf("shedding from %v, ratio %.3f", at, ratio)
+		}
+		if at%time.Second == 0 {
+			t.Logf("%v: ratio %.3f ok %v, pressure %.2f", at, ratio, ok, c.Pressure())
+		}
+	}
+	if first < 15*time.Second || first > 16*time.Second {
+		t.Errorf("shedding started at %v, want within a second of 15s", first)
+	}
+	if p := c.Pressure(); p != 0 {
+		t.Errorf("pressure %v at the end", p)
+	}
+}

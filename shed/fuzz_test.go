@@ -1,0 +1,48 @@
+package shed
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+)
+
+// FuzzSignals feeds arbitrary clock readings, latencies, waits and ratios
+// to the signals and the controller: nothing panics, ratios are finite and
+// positive, and fractions stay in [0, 1] in tier order.
+func FuzzSignals(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, 1e12), 2e6))
+	f.Add(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, math.MaxUint64), 1<<63))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, _ := NewLatency(LatencyConfig{Short: 10e6, Long: 200e6, MinSamples: 1})
+		q, _ := NewQueue(QueueConfig{Target: 1e6, Interval: 10e6})
+		c, _ := NewController(ControllerConfig{Rise: 1e6, Fall: 1e6, MaxStep: 1e9})
+		for len(b) >= 24 {
+			now := int64(binary.LittleEndian.Uint64(b))
+			v := int64(binary.LittleEndian.Uint64(b[8:]))
+			x := math.Float64frombits(binary.LittleEndian.Uint64(b[16:]))
+			b = b[24:]
+			l.Observe(now, v)
+			q.Observe(now, v)
+			ratio, ok := l.Ratio(now)
+			if !(ratio > 0) || math.IsInf(ratio, 0) {
+				t.Fatalf("ratio %v", ratio)
+			}
+			_, over := q.Standing(now)
+			c.Update(now, ratio, ok, over)
+			c.Update(now, x, true, over)
+			for tier := -1; tier <= MaxTier+1; tier++ {
+				fr := c.Fraction(tier)
+				if !(fr >= 0 && fr <= 1) || (tier <= 0 && fr != 0) {
+					t.Fatalf("tier %d fraction %v", tier, fr)
+				}
+				if tier > 0 && tier < MaxTier && fr > 0 && c.Fraction(tier+1) != 1 {
+					t.Fatalf("tier %d shed %v before tier %d entirely", tier, fr, tier+1)
+				}
+			}
+			if p := c.Pressure(); !(p >= 0 && p <= MaxTier) {
+				t.Fatalf("pressure %v", p)
+			}
+		}
+	})
+}
