@@ -147,6 +147,8 @@ type Config struct {
 	Clients ClientsConfig `yaml:"clients"`
 	// RequestUnits prices each request once answered; reloadable.
 	RequestUnits RequestUnitsConfig `yaml:"request_units"`
+	// Shedding sheds the least important tiers when a node slows.
+	Shedding SheddingConfig `yaml:"shedding"`
 
 	// file is the file the configuration was read from, and sum the
 	// SHA-256 of its contents, so that a Watcher can tell whether the file
@@ -336,6 +338,7 @@ func Default() Config {
 		HotReads:                 defaultHotReads(),
 		Clients:                  defaultClients(),
 		RequestUnits:             defaultRequestUnits(),
+		Shedding:                 defaultShedding(),
 		Log:                      LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{
 			Algorithm:     ratelimit.AlgorithmScylla,
@@ -482,6 +485,7 @@ func (c *Config) Validate() error {
 	c.HotReads.validate(&ps, c.Admin.HotPartitions)
 	c.Clients.validate(&ps)
 	c.RequestUnits.validate(&ps)
+	c.Shedding.validate(&ps)
 	return ps.err()
 }
 

@@ -112,8 +112,14 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	if class != nil && !class.Internal {
 		c := s.clientOf()
 		c.requests.Inc()
-		if c.overBudget(now, s.p.limits.Load().dryRun) {
+		dryRun := s.p.limits.Load().dryRun
+		if c.overBudget(now, dryRun) {
 			return s.budgetRefusal(h, c)
+		}
+		if s.node != nil {
+			if act, shed := s.shedRequest(h, dryRun); shed {
+				return act
+			}
 		}
 		req.client, req.size = c, int32(len(f))
 	}

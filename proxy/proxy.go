@@ -69,6 +69,9 @@ type Proxy struct {
 	// clients are the client classes in effect (clients.go); reloadable.
 	clients       atomic.Pointer[clientClasses]
 	clientMetrics *clientMetrics
+	// shedding sheds the least important tiers when a node slows
+	// (shedding.go); nil when off.
+	shedding *shedding
 	// adminToken is the bearer token /hot asks for; nil when none is set.
 	adminToken []byte
 	// tls is the configuration of client connections accepted now; nil
@@ -169,6 +172,9 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		return nil, err
 	}
 	p.clients.Store(cc)
+	if p.shedding, err = newShedding(cfg.Shedding, cfg.Clients, reg); err != nil {
+		return nil, err
+	}
 	p.principalSeed = maphash.MakeSeed()
 	p.limiterStats = newLimiterCollector(p)
 	reg.MustRegister(p.limiterStats)
@@ -196,6 +202,9 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	bg.Go(func() { p.watchUpstreams(stop) })
 	bg.Go(func() { p.watchGuard(stop) })
 	bg.Go(func() { p.expireWaits(stop) })
+	if p.shedding != nil {
+		bg.Go(func() { p.updateShedding(stop) })
+	}
 	stopSchema := p.stopBg
 	p.stopBg = func() {
 		close(stop)
@@ -372,6 +381,10 @@ func (p *Proxy) handle(client net.Conn) {
 	}
 	log = log.With().Str("upstream", addr).Logger()
 	s := newSession(p, client, upstream, log)
+	if p.shedding != nil {
+		s.node = p.shedding.node(addr)
+		s.rng = id*0x9e3779b97f4a7c15 | 1
+	}
 	p.mu.Lock()
 	if p.draining {
 		s.draining = true

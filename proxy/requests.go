@@ -86,7 +86,8 @@ func (s *session) serveRequests() error {
 		s.guard.rearm()
 		m.frame(dirRequest, h.Opcode, len(f))
 		s.heldLarge = s.heldLarge || len(f) > largeFrame
-		act := s.handle(f, h, s.now())
+		now := s.now()
+		act := s.handle(f, h, now)
 		if act.answer != nil {
 			s.reply(act.answer)
 			continue
@@ -98,8 +99,18 @@ func (s *session) serveRequests() error {
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
 		// more is read from this client until some request is answered.
-		if !s.p.inflight.takeOr(1, &s.stopped, nil, s.pushQuietly) {
-			return net.ErrClosed
+		// How long that took is the shedding queue's signal; the clock is
+		// read only when it waited.
+		if !s.p.inflight.takeNow(1) {
+			start := s.now()
+			if !s.p.inflight.takeOr(1, &s.stopped, nil, s.pushQuietly) {
+				return net.ErrClosed
+			}
+			if sh := s.p.shedding; sh != nil {
+				sh.queue.Observe(start, s.now()-start)
+			}
+		} else if sh := s.p.shedding; sh != nil {
+			sh.queue.Observe(now, 0)
 		}
 		// The stream is recorded before forwarding so that a fast response
 		// finds it.

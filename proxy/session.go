@@ -107,6 +107,11 @@ type session struct {
 	// units, for the request being handled.
 	charges  [maxCharges]unitCharge
 	nCharges uint8
+
+	// Shedding (shedding.go): the upstream node's signals, nil when
+	// shedding is off, and the request path's random state.
+	node *nodeSignals
+	rng  uint64
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {

@@ -1,0 +1,96 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cqlguard/cqlguard/shed"
+)
+
+// SheddingConfig turns latency-driven shedding on: when an upstream node's
+// short-term latency rises well above its long-term level, or requests
+// keep waiting inside the proxy, the requests of the least important
+// client tiers (clients) are answered at once with an error instead of
+// being forwarded, as few as needed, tier 0 never. Restart only.
+type SheddingConfig struct {
+	// Enabled turns it on; off by default.
+	Enabled bool `yaml:"enabled"`
+	// DryRun computes and reports everything and sheds nothing; so does
+	// limits.dry_run.
+	DryRun bool `yaml:"dry_run"`
+	// Error is what a shed request is answered with: "overloaded" (the
+	// protocol's Overloaded, which drivers retry at most once, on another
+	// node, and only idempotent requests) or "config_error" (never retried).
+	Error string `yaml:"error"`
+	// ShortWindow and LongWindow are the upstream latency windows whose
+	// Quantile's ratio (long over short) is the latency signal; MinSamples
+	// answers a window needs before it counts. Zero: the defaults.
+	ShortWindow Duration `yaml:"short_window"`
+	LongWindow  Duration `yaml:"long_window"`
+	Quantile    float64  `yaml:"quantile"`
+	MinSamples  int      `yaml:"min_samples"`
+	// RatioBelow is the ratio under which shedding rises, RatioRecover
+	// the one from which it falls; between them it holds.
+	RatioBelow   float64 `yaml:"ratio_below"`
+	RatioRecover float64 `yaml:"ratio_recover"`
+	// QueueTarget and QueueInterval: a queue stands when no request of an
+	// interval waited inside the proxy (for max_in_flight) less than the
+	// target.
+	QueueTarget   Duration `yaml:"queue_target"`
+	QueueInterval Duration `yaml:"queue_interval"`
+	// Rise and Fall are how long shedding takes to take one more tier
+	// entirely, and to give one back.
+	Rise Duration `yaml:"rise"`
+	Fall Duration `yaml:"fall"`
+	// UpdateEvery is how often the signals are read and shedding moved.
+	UpdateEvery Duration `yaml:"update_every"`
+}
+
+// Shedding errors.
+const (
+	ShedOverloaded  = "overloaded"
+	ShedConfigError = "config_error"
+)
+
+func defaultShedding() SheddingConfig {
+	return SheddingConfig{Error: ShedOverloaded, UpdateEvery: Duration(100 * time.Millisecond)}
+}
+
+// Latency returns the shed package's latency settings.
+func (c SheddingConfig) Latency() shed.LatencyConfig {
+	return shed.LatencyConfig{Short: time.Duration(c.ShortWindow), Long: time.Duration(c.LongWindow), Quantile: c.Quantile, MinSamples: c.MinSamples}
+}
+
+// Queue returns the shed package's queue settings.
+func (c SheddingConfig) Queue() shed.QueueConfig {
+	return shed.QueueConfig{Target: time.Duration(c.QueueTarget), Interval: time.Duration(c.QueueInterval)}
+}
+
+// Controller returns the shed package's controller settings for the tiers
+// that carry traffic.
+func (c SheddingConfig) Controller(tiers []int) shed.ControllerConfig {
+	return shed.ControllerConfig{RatioBelow: c.RatioBelow, RatioRecover: c.RatioRecover,
+		Rise: time.Duration(c.Rise), Fall: time.Duration(c.Fall), Tiers: tiers}
+}
+
+// validate checks the shedding section.
+func (c *SheddingConfig) validate(ps *problems) {
+	bad := func(err error, key string) { ps.add(err, "shedding", key) }
+	switch c.Error {
+	case ShedOverloaded, ShedConfigError:
+	default:
+		bad(fmt.Errorf("%q is neither %q nor %q", c.Error, ShedOverloaded, ShedConfigError), "error")
+	}
+	if c.UpdateEvery <= 0 {
+		bad(fmt.Errorf("%s must be positive", time.Duration(c.UpdateEvery)), "update_every")
+	}
+	if err := c.Latency().Validate(); err != nil {
+		bad(err, "short_window")
+	}
+	if err := c.Queue().Validate(); err != nil {
+		bad(err, "queue_target")
+	}
+	if err := c.Controller(nil).Validate(); err != nil {
+		bad(err, "ratio_below")
+	}
+}

@@ -1,0 +1,176 @@
+package proxy
+
+// Shedding (shedding in the configuration): each upstream node's latency
+// ratio and the proxy's queue feed a controller per node, which sheds the
+// least important client tiers first when the node slows. A shed request
+// is answered at once and never reaches the node.
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/shed"
+)
+
+// shedding holds the signals and controllers; nil when shedding is off.
+type shedding struct {
+	cfg   config.SheddingConfig
+	queue *shed.Queue
+	tiers []int // the tiers in use, for the controllers
+
+	mu    sync.Mutex
+	nodes map[string]*nodeSignals
+
+	ratio, pressure *prometheus.GaugeVec
+	fraction        *prometheus.GaugeVec
+	standing        prometheus.Gauge
+	shedTotal       *prometheus.CounterVec
+}
+
+// nodeSignals are one upstream node's latency and controller.
+type nodeSignals struct {
+	addr    string
+	latency *shed.Latency
+	ctl     *shed.Controller
+}
+
+func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg prometheus.Registerer) (*shedding, error) {
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	q, err := shed.NewQueue(cfg.Queue())
+	if err != nil {
+		return nil, fmt.Errorf("shedding: %w", err)
+	}
+	sh := &shedding{
+		cfg: cfg, queue: q, nodes: map[string]*nodeSignals{},
+		ratio: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cqlguard_shed_latency_ratio",
+			Help: "Each upstream node's long-term latency quantile over its short-term one: about 1 when healthy, falling as the node slows (shedding).",
+		}, []string{"node"}),
+		pressure: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cqlguard_shed_pressure_tiers",
+			Help: "How many tiers' worth of requests to each node are being shed.",
+		}, []string{"node"}),
+		fraction: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cqlguard_shed_fraction",
+			Help: "The fraction of each tier's requests to each node being shed, 0 to 1.",
+		}, []string{"node", "tier"}),
+		standing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cqlguard_shed_queue_standing_seconds",
+			Help: "The shortest wait for max_in_flight over the last queue interval: a standing queue when over queue_target.",
+		}),
+		shedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cqlguard_shed_requests_total",
+			Help: "Requests shed, by tier and outcome: shed (answered with shedding.error), or dry_run (let through).",
+		}, []string{"tier", "outcome"}),
+	}
+	sh.tiers = tiersOf(clients)
+	if _, err := shed.NewController(cfg.Controller(sh.tiers)); err != nil {
+		return nil, fmt.Errorf("shedding: %w", err)
+	}
+	reg.MustRegister(sh.ratio, sh.pressure, sh.fraction, sh.standing, sh.shedTotal)
+	return sh, nil
+}
+
+// tiersOf returns the tiers the classes use.
+func tiersOf(c config.ClientsConfig) []int {
+	tiers := []int{c.Default.TierOrDefault()}
+	for _, cl := range c.Classes {
+		tiers = append(tiers, cl.TierOrDefault())
+	}
+	slices.Sort(tiers)
+	return slices.Compact(tiers)
+}
+
+// node returns the signals of the node at addr, made on first use.
+func (sh *shedding) node(addr string) *nodeSignals {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if n := sh.nodes[addr]; n != nil {
+		return n
+	}
+	// The configuration was checked: these do not fail.
+	lat, _ := shed.NewLatency(sh.cfg.Latency())
+	ctl, _ := shed.NewController(sh.cfg.Controller(sh.tiers))
+	n := &nodeSignals{addr: addr, latency: lat, ctl: ctl}
+	sh.nodes[addr] = n
+	return n
+}
+
+// update moves every node's shedding on from its signals, every
+// update_every until stop is closed.
+func (p *Proxy) updateShedding(stop <-chan struct{}) {
+	sh := p.shedding
+	t := time.NewTicker(time.Duration(sh.cfg.UpdateEvery))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := p.elapsed()
+		standing, over := sh.queue.Standing(now)
+		sh.standing.Set(standing.Seconds())
+		sh.mu.Lock()
+		for _, n := range sh.nodes {
+			ratio, ok := n.latency.Ratio(now)
+			n.ctl.Update(now, ratio, ok, over)
+			if ok {
+				sh.ratio.WithLabelValues(n.addr).Set(ratio)
+			}
+			sh.pressure.WithLabelValues(n.addr).Set(n.ctl.Pressure())
+			for _, tier := range sh.tiers {
+				sh.fraction.WithLabelValues(n.addr, strconv.Itoa(tier)).Set(n.ctl.Fraction(tier))
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// shedRequest reports whether to shed the request h of s's class tier,
+// and returns the answer if so. Its draw is the session's own random
+// number, so that nothing is shared between connections.
+func (s *session) shedRequest(h frame.Header, dryRun bool) (action, bool) {
+	sh, n := s.p.shedding, s.node
+	tier := config.DefaultTier
+	if s.caller != nil {
+		tier = s.caller.tier
+	}
+	if !n.ctl.Shed(tier, s.draw()) {
+		return action{}, false
+	}
+	label := strconv.Itoa(min(max(tier, 0), shed.MaxTier))
+	if dryRun || sh.cfg.DryRun {
+		sh.shedTotal.WithLabelValues(label, "dry_run").Inc()
+		return action{}, false
+	}
+	sh.shedTotal.WithLabelValues(label, "shed").Inc()
+	code := frame.ErrCodeOverloaded
+	if sh.cfg.Error == config.ShedConfigError {
+		code = frame.ErrCodeConfig
+	}
+	return s.refusal(h, code, fmt.Sprintf("cqlguard: request shed, tier %d, while the node %s is slow (shedding); retry later", tier, n.addr)), true
+}
+
+// draw returns a pseudo-random number uniform in [0, 1), from the
+// session's own xorshift state.
+func (s *session) draw() float64 {
+	x := s.rng
+	if x == 0 {
+		x = 0x9e3779b97f4a7c15
+	}
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	s.rng = x
+	return float64(x>>11) * 0x1p-53
+}

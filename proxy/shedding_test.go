@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+// When the node slows, the least important tier is shed with Overloaded,
+// and tier 0 never; while it is healthy nothing is.
+func TestShedding(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 2", SlowFor: 20 * time.Millisecond})
+	cfg := parseConfig(t, `listen: 127.0.0.1:0
+upstreams: [`+node.Addr()+`]
+admin: {listen: ""}
+clients:
+  classes:
+    - {name: critical, tier: 0, match: {application_names: [critical]}}
+    - {name: batch, tier: 5, match: {application_names: [batch]}}
+shedding:
+  enabled: true
+  short_window: 100ms
+  long_window: 2s
+  min_samples: 10
+  rise: 100ms
+  fall: 100ms
+  update_every: 20ms
+`)
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := servedOn(t, p)
+	type counts struct{ ok, overloaded, other atomic.Int64 }
+	var slow atomic.Bool
+	run := func(app string, c *counts, stop <-chan struct{}) {
+		conn := dialRaw(t, addr, 4)
+		conn.startup(map[string]string{"APPLICATION_NAME": app})
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			q := "SELECT * FROM ks.kv WHERE k = 1"
+			if slow.Load() {
+				q = "SELECT * FROM ks.kv WHERE k = 2"
+			}
+			stream := int16(i & 0x7fff)
+			conn.send(stream, &message.Query{Query: q, Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+			switch m := conn.recv().Body.Message.(type) {
+			case message.Error:
+				if m.GetErrorCode() == primitive.ErrorCodeOverloaded {
+					c.overloaded.Add(1)
+				} else {
+					c.other.Add(1)
+				}
+			default:
+				c.ok.Add(1)
+			}
+		}
+	}
+	phase := func(d time.Duration) (crit, batch *counts) {
+		crit, batch = &counts{}, &counts{}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { run("critical", crit, stop) })
+			wg.Go(func() { run("batch", batch, stop) })
+		}
+		time.Sleep(d) // the phase's length is what is measured
+		close(stop)
+		wg.Wait()
+		return crit, batch
+	}
+	// Windows this short see a loaded test machine's jitter: a healthy
+	// node may have some of its batch requests shed, never a critical one.
+	// (The shed package's tests hold the defaults to shedding nothing on a
+	// healthy node.)
+	crit, batch := phase(2500 * time.Millisecond)
+	shedHealthy := batch.overloaded.Load()
+	t.Logf("healthy node: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), shedHealthy)
+	if crit.overloaded.Load() != 0 {
+		t.Errorf("healthy node: %d critical requests shed", crit.overloaded.Load())
+	}
+	slow.Store(true)
+	crit, batch = phase(1500 * time.Millisecond)
+	t.Logf("slow node: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), batch.overloaded.Load())
+	if crit.overloaded.Load() != 0 || crit.other.Load()+batch.other.Load() != 0 {
+		t.Errorf("critical requests shed (%d) or other errors (%d, %d)", crit.overloaded.Load(), crit.other.Load(), batch.other.Load())
+	}
+	if batch.overloaded.Load() == 0 {
+		t.Errorf("no batch request shed while the node was slow")
+	}
+	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("5", "shed")); got != float64(shedHealthy+batch.overloaded.Load()) {
+		t.Errorf("shed counted %v, the batch clients saw %d", got, shedHealthy+batch.overloaded.Load())
+	}
+	// The node is well again: shedding falls.
+	slow.Store(false)
+	crit, batch = phase(1500 * time.Millisecond)
+	t.Logf("recovered: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), batch.overloaded.Load())
+	if batch.ok.Load() <= batch.overloaded.Load() {
+		t.Errorf("after the node recovered, batch got %d answers and %d refusals", batch.ok.Load(), batch.overloaded.Load())
+	}
+}
