@@ -22,19 +22,25 @@ import (
 )
 
 // clientsConfig is the budget proxy's configuration file, after its listen
-// line: no partition limits, and every connection of the default class,
-// flood, whose budget of 20 request units a second, at 1 unit a request,
-// admits 20 requests a second after a burst of 20.
+// line: no partition limits, and the connections of user cassandra, as
+// each driver authenticates through the proxy (SASL PLAIN), of class
+// flood, whose budget of 5 request units a second, at 1 unit a request,
+// admits 5 requests a second after a burst of 5: few enough that a driver
+// slowed by a busy machine still floods it. A driver whose user the proxy
+// did not read would be of the default class, without a budget, and never
+// refused.
 const clientsConfig = `upstreams: [127.0.0.2:9042]
 admin: {listen: ""}
 schema: {username: cassandra, password_env: CQLGUARD_TEST_PASSWORD}
-clients: {default: {name: flood, max_units_per_second: 20}}
+clients:
+  classes:
+    - {name: flood, match: {users: [cassandra]}, max_units_per_second: 5}
 request_units: {fixed: 1, per_row: 0, per_kib: 0, per_ms: 0}
 `
 
 const (
 	budgetClass    = "flood"
-	budgetPerSec   = 20
+	budgetPerSec   = 5
 	budgetKeyspace = "cqlguard_clients"
 	budgetTable    = "flood"
 )
@@ -63,8 +69,9 @@ func (p *countingRetryPolicy) GetRetryType(error) gocql.RetryType {
 	return gocql.Rethrow
 }
 
-// TestClassBudgetEnforced floods a proxy whose one client class, flood,
-// has a budget of 20 requests a second, with writes and then reads from
+// TestClassBudgetEnforced floods a proxy whose client class flood, the
+// connections authenticated as user cassandra, has a budget of 5 requests
+// a second, with writes and then reads from
 // each driver in turn: gocql, the DataStax and ScyllaDB Python drivers,
 // the Java driver, ScyllaDB's Rust driver and the Node.js driver. Every
 // refusal must be Config_error as the driver raises it, naming the class;
