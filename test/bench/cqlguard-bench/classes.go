@@ -32,13 +32,15 @@ import (
 // connections send, share the node through cqlguard. The light one reads
 // single rows of bench.kv, the heavy one whole partitions of bench.wide,
 // hundreds of rows each; both offer far more than their budgets admit.
-// Each class is first run alone under its request unit budget, which
-// measures what a request of each costs the node's CPU; then both run with
-// equal budgets of requests (every request 1 RU) and then with equal
-// budgets of request units priced by rows and bytes. It reports, per phase
-// and class, the requests answered and refused, the request units charged,
-// the latencies of answered requests, the reads the node counted and the
-// node's CPU each class took, and plots them per second.
+// Each class first runs alone, straight to the node and as fast as it
+// answers, which measures what a request of each costs the node: its CPU
+// at saturation over the requests answered. Then both run through
+// cqlguard with equal budgets of requests (every request 1 RU), and then
+// with equal budgets of request units priced by rows and bytes. It
+// reports, per phase and class, the requests answered and refused, the
+// request units charged, the latencies of answered requests, the reads the
+// node counted and the node's work each class took (its requests times
+// what one cost alone), and plots them per second.
 type classesExp struct {
 	cqlguard, upstream, user, password string
 	keys                               uint64
@@ -46,6 +48,7 @@ type classesExp struct {
 	conns                              int
 	lightRate, heavyRate               float64
 	lightConcurrency, heavyConcurrency int
+	aloneConcurrency                   int
 	requestBudget, unitBudget          float64
 	units                              priceFlags
 	phase, warmup, preload             time.Duration
@@ -70,20 +73,28 @@ func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&c.wideRows, "wide-rows", 256, "rows of each partition of bench.wide")
 	fs.IntVar(&c.rowBytes, "row-bytes", 1024, "size of each row's value in bench.wide")
 	fs.IntVar(&c.conns, "conns", 2, "connections of each loader")
-	fs.Float64Var(&c.lightRate, "light-rate", 8000, "reads a second the light class offers, kept when refused")
-	fs.Float64Var(&c.heavyRate, "heavy-rate", 800, "reads a second the heavy class offers, kept when refused")
-	fs.IntVar(&c.lightConcurrency, "light-concurrency", 32, "requests in flight per connection of the light class, at most")
-	fs.IntVar(&c.heavyConcurrency, "heavy-concurrency", 32, "requests in flight per connection of the heavy class, at most")
-	fs.Float64Var(&c.requestBudget, "request-budget", 200, "each class's max_units_per_second in the phase of equal request budgets, where every request costs 1 RU")
-	fs.Float64Var(&c.unitBudget, "unit-budget", 2000, "each class's max_units_per_second in the other phases, with the request units of -fixed, -per-row, -per-kib and -per-ms")
-	fs.Float64Var(&c.units.fixed, "fixed", 1, "request_units.fixed of the RU phases")
-	fs.Float64Var(&c.units.perRow, "per-row", 0.1, "request_units.per_row of the RU phases")
-	fs.Float64Var(&c.units.perKiB, "per-kib", 0.25, "request_units.per_kib of the RU phases")
-	fs.Float64Var(&c.units.perMs, "per-ms", 0, "request_units.per_ms of the RU phases")
+	fs.Float64Var(&c.lightRate, "light-rate", 20000, "reads a second the light class offers through cqlguard, kept when refused")
+	fs.Float64Var(&c.heavyRate, "heavy-rate", 2000, "reads a second the heavy class offers through cqlguard, kept when refused")
+	fs.IntVar(&c.lightConcurrency, "light-concurrency", 32, "requests in flight per connection of the light class through cqlguard, at most")
+	fs.IntVar(&c.heavyConcurrency, "heavy-concurrency", 32, "requests in flight per connection of the heavy class through cqlguard, at most")
+	fs.IntVar(&c.aloneConcurrency, "alone-concurrency", 64, "requests in flight per connection of each class alone, straight to the node")
+	fs.Float64Var(&c.requestBudget, "request-budget", 1000, "each class's max_units_per_second in the phase of equal request budgets, where every request costs 1 RU")
+	fs.Float64Var(&c.unitBudget, "unit-budget", 12000, "each class's max_units_per_second in the phase of equal RU budgets, with the request units of -fixed, -per-row, -per-kib and -per-ms")
+	// A whole-partition read of 256 rows of 1 KiB cost the node 27 times
+	// what a single-row read did, measured at saturation: these prices
+	// make it 26.7 RU to the single-row read's 1.0, leaning on rows and
+	// bytes alike, as one shape of partition cannot tell them apart.
+	// Latency is not priced: on a shared node it holds the time a request
+	// waited behind the other class's, which would charge each class for
+	// the other's work.
+	fs.Float64Var(&c.units.fixed, "fixed", 1, "request_units.fixed of the RU phase")
+	fs.Float64Var(&c.units.perRow, "per-row", 0.05, "request_units.per_row of the RU phase")
+	fs.Float64Var(&c.units.perKiB, "per-kib", 0.05, "request_units.per_kib of the RU phase")
+	fs.Float64Var(&c.units.perMs, "per-ms", 0, "request_units.per_ms of the RU phase")
 	fs.DurationVar(&c.phase, "phase", 30*time.Second, "length of each phase")
 	fs.DurationVar(&c.warmup, "warmup", 15*time.Second, "both classes' load before the phases, left out of the figures")
 	fs.DurationVar(&c.preload, "preload", 5*time.Second, "time spent writing bench.kv's rows first")
-	fs.IntVar(&c.upstreamPID, "upstream-pid", 0, "the node's process id, when it runs on this machine: it is pinned to the last CPU and everything else here to the others, and its CPU time is measured (0: no pinning, no CPU figures)")
+	fs.IntVar(&c.upstreamPID, "upstream-pid", 0, "the node's process id, when it runs on this machine: it is pinned to the last CPU and everything else here to the others, and its CPU time is measured (0: no pinning, no figures of the node's work)")
 	fs.StringVar(&c.out, "out", "classes.png", "the plot to write")
 	fs.StringVar(&c.jsonPath, "json", "", "also write each second's figures to this file, one JSON object a line")
 	if err := fs.Parse(args); err != nil {
@@ -136,15 +147,16 @@ func (c *classesExp) phaseStart(name string) time.Duration {
 	return 0
 }
 
-// requestPhase reports whether a phase prices every request at 1 RU.
-func requestPhase(name string) bool { return name == phaseRequests }
-
-// budget is each class's budget in a phase.
+// budget is each class's budget in a phase; 0 for none, when the class
+// runs alone, straight to the node.
 func (c *classesExp) budget(phase string) float64 {
-	if requestPhase(phase) {
+	switch phase {
+	case phaseRequests:
 		return c.requestBudget
+	case phaseUnits:
+		return c.unitBudget
 	}
-	return c.unitBudget
+	return 0
 }
 
 func (c *classesExp) proxyAddr() string { return "127.0.0.1:9046" }
@@ -167,8 +179,8 @@ func (c *classesExp) config(requests bool) string {
 	return b.String()
 }
 
-// spec is a loader of class i, which names its application for cqlguard
-// to match.
+// spec is the loader of class i through cqlguard, which names its
+// application for cqlguard to match.
 func (c *classesExp) spec(i int) load.Spec {
 	s := load.DefaultSpec()
 	s.Name, s.App, s.Addr, s.Username, s.Password = classNames[i], classNames[i], c.proxyAddr(), c.user, c.password
@@ -178,6 +190,17 @@ func (c *classesExp) spec(i int) load.Spec {
 	} else {
 		s.Keys, s.Rate, s.Concurrency = uint64(c.widePartitions), c.heavyRate, c.heavyConcurrency
 	}
+	return s
+}
+
+// aloneSpec is the loader of class i alone: straight to the node, as fast
+// as it answers, from the start of the phase to its end.
+func (c *classesExp) aloneSpec(i int) load.Spec {
+	s := c.spec(i)
+	s.Name += " alone"
+	s.Addr, s.Rate, s.Concurrency = c.upstream, 0, c.aloneConcurrency
+	s.Start = c.phaseStart(classPhases[i])
+	s.Stop = s.Start + c.phase
 	return s
 }
 
@@ -218,11 +241,9 @@ func (c *classesExp) run(ctx context.Context) error {
 	// one for the phases both run.
 	var specs []load.Spec
 	for i := range nClasses {
-		alone, both := c.spec(i), c.spec(i)
-		alone.Name += " alone"
-		alone.Start, alone.Stop = c.phaseStart(classPhases[i]), c.phaseStart(classPhases[i])+c.phase
+		both := c.spec(i)
 		both.Start = c.phaseStart(phaseRequests)
-		specs = append(specs, alone, both)
+		specs = append(specs, c.aloneSpec(i), both)
 	}
 	reload := func(requests bool) func(context.Context) error {
 		return func(context.Context) error {
@@ -512,8 +533,9 @@ type classFigures struct {
 	units, budgetRefusals     float64
 	p50, p99                  time.Duration // means of the seconds' percentiles
 	nodeReads                 float64
-	// cpu is the node's CPU the class took, in ms a second: its answered
-	// requests times what one cost the node when the class ran alone.
+	// cpu is the node's work the class took, in ms of the node's CPU a
+	// second: its answered requests times what one cost the node when the
+	// class ran alone.
 	cpu float64
 }
 
@@ -534,7 +556,8 @@ type classesResult struct {
 	phases []phaseResult
 	// idle is the node's CPU with no load, ms a second; cost is what one
 	// answered request of each class cost the node, in ms of CPU, from the
-	// phase it ran alone. NaN when the node's CPU is not measured.
+	// phase it ran alone, saturating the node, where the node spends
+	// nothing waiting for work. NaN when the node's CPU is not measured.
 	idle float64
 	cost [nClasses]float64
 }
@@ -610,58 +633,55 @@ func (p phaseResult) share(i int) float64 {
 	return p.class[i].cpu / (p.class[light].cpu + p.class[heavy].cpu)
 }
 
-// residual is the node's CPU the classes' costs do not account for, above
-// its idle level: what the attribution misses.
-func (r classesResult) residual(p phaseResult) float64 {
-	return p.nodeCPU - r.idle - p.class[light].cpu - p.class[heavy].cpu
-}
-
 func (r classesResult) write(w io.Writer, c *classesExp) {
 	fmt.Fprintf(w, "Light: single-row reads of bench.kv (%d partitions). Heavy: whole-partition reads of bench.wide (%d partitions of %d rows of %d bytes).\n",
 		c.keys, c.widePartitions, c.wideRows, c.rowBytes)
-	fmt.Fprintf(w, "Offered: light %.0f/s, heavy %.0f/s. Prices in the RU phases: fixed %g, per_row %g, per_kib %g, per_ms %g; in %q every request 1 RU.\n\n",
-		c.lightRate, c.heavyRate, c.units.fixed, c.units.perRow, c.units.perKiB, c.units.perMs, phaseRequests)
-	fmt.Fprintf(w, "| phase | class | budget RU/s | answered/s | refused/s | RU/s charged | RU/s vs budget | RU per request | p50 | p99 | node reads/s | node CPU ms/s | share of the classes' node CPU |\n")
+	fmt.Fprintf(w, "Alone: each class straight to the node, %d connections of %d requests in flight. Through cqlguard: light offers %.0f/s, heavy %.0f/s.\n",
+		c.conns, c.aloneConcurrency, c.lightRate, c.heavyRate)
+	fmt.Fprintf(w, "Prices: %q every request 1 RU; %q fixed %g, per_row %g, per_kib %g, per_ms %g.\n\n",
+		phaseRequests, phaseUnits, c.units.fixed, c.units.perRow, c.units.perKiB, c.units.perMs)
+	fmt.Fprintf(w, "| phase | class | budget RU/s | answered/s | refused/s | RU/s charged | RU/s vs budget | RU per request | p50 | p99 | node reads/s | node work ms/s | share of the classes' node work |\n")
 	fmt.Fprintf(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, p := range r.phases {
+		both := p.class[light].answered > 0 && p.class[heavy].answered > 0
 		for i, f := range p.class {
 			if f.answered == 0 && f.refused == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %g | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-				p.name, classNames[i], p.budget, f.answered, f.refused,
-				orDash(p.metrics, "%.0f", f.units), orDash(p.metrics, "%+.1f%%", 100*(f.units/p.budget-1)),
-				orDash(p.metrics && f.answered > 0, "%.2f", f.units/f.answered),
+			budgeted := p.metrics && p.budget > 0
+			fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				p.name, classNames[i], orDash(p.budget > 0, "%g", p.budget), f.answered, f.refused,
+				orDash(budgeted, "%.0f", f.units), orDash(budgeted, "%+.1f%%", 100*(f.units/p.budget-1)),
+				orDash(budgeted && f.answered > 0, "%.2f", f.units/f.answered),
 				load.FormatLatency(f.p50), load.FormatLatency(f.p99),
-				orDash(p.node, "%.0f", f.nodeReads), orDash(!math.IsNaN(f.cpu), "%.0f", f.cpu),
-				orDash(!math.IsNaN(p.share(i)) && p.class[light].answered > 0 && p.class[heavy].answered > 0, "%.0f%%", 100*p.share(i)))
-		}
-	}
-	if !math.IsNaN(r.idle) {
-		fmt.Fprintf(w, "\nThe node's CPU (one CPU of its own; 1000 ms/s is all of it): idle %.0f ms/s.\n", r.idle)
-		fmt.Fprintf(w, "| phase | measured ms/s | attributed to light | to heavy | not attributed |\n| --- | ---: | ---: | ---: | ---: |\n")
-		for _, p := range r.phases {
-			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %+.0f |\n", p.name, p.nodeCPU, p.class[light].cpu, p.class[heavy].cpu, r.residual(p))
-		}
-		fmt.Fprintf(w, "\nAlone, a light read cost the node %.0f µs of CPU and a heavy read %.0f µs (%.1f times as much);\n",
-			1e3*r.cost[light], 1e3*r.cost[heavy], r.cost[heavy]/r.cost[light])
-		la, ha := r.phases[0].class[light], r.phases[1].class[heavy]
-		if la.answered > 0 && ha.answered > 0 {
-			rl, rh := la.units/la.answered, ha.units/ha.answered
-			fmt.Fprintf(w, "priced at %.2f and %.2f RU (%.1f times as much): %.2f and %.2f RU per ms of the node's CPU.\n",
-				rl, rh, rh/rl, rl/(1e3*r.cost[light])*1e3, rh/(1e3*r.cost[heavy])*1e3)
+				orDash(p.node, "%.0f", f.nodeReads), orDash(true, "%.0f", f.cpu),
+				orDash(both, "%.0f%%", 100*p.share(i)))
 		}
 	}
 	req, units := r.phases[2], r.phases[3]
-	fmt.Fprintf(w, "\nWith equal request budgets (%g requests/s each), heavy took %s of the node's CPU the classes took;\n",
-		c.requestBudget, orDash(!math.IsNaN(req.share(heavy)), "%.0f%%", 100*req.share(heavy)))
-	fmt.Fprintf(w, "with equal RU budgets (%g RU/s each), light was charged %s RU/s (%s) and heavy %s (%s), target within 10%%,\n",
+	if !math.IsNaN(r.idle) {
+		fmt.Fprintf(w, "\nThe node's CPU, ms a second (one CPU of its own: 1000 is all of it); idle: %.0f.\n", r.idle)
+		fmt.Fprintf(w, "| phase | measured | light's work | heavy's work | neither's (idle, and time spent waiting for work) |\n| --- | ---: | ---: | ---: | ---: |\n")
+		for _, p := range r.phases {
+			fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f |\n", p.name, p.nodeCPU, p.class[light].cpu, p.class[heavy].cpu, p.nodeCPU-p.class[light].cpu-p.class[heavy].cpu)
+		}
+		fmt.Fprintf(w, "\nAlone, saturating the node (%.0f and %.0f ms/s of CPU), a light read cost it %.1f µs of CPU and a heavy read %.0f µs (%.1f times as much);\n",
+			r.phases[0].nodeCPU, r.phases[1].nodeCPU, 1e3*r.cost[light], 1e3*r.cost[heavy], r.cost[heavy]/r.cost[light])
+		if l, h := units.class[light], units.class[heavy]; units.metrics && l.answered > 0 && h.answered > 0 {
+			rl, rh := l.units/l.answered, h.units/h.answered
+			fmt.Fprintf(w, "with equal RU budgets they were priced at %.2f and %.2f RU (%.1f times as much): %.1f and %.1f RU per ms of the node's work.\n",
+				rl, rh, rh/rl, rl/r.cost[light], rh/r.cost[heavy])
+		}
+	}
+	fmt.Fprintf(w, "\nWith equal request budgets (%g requests/s each), light had %.0f reads/s answered and heavy %.0f; heavy took %s of the node's work the classes took.\n",
+		c.requestBudget, req.class[light].answered, req.class[heavy].answered, orDash(!math.IsNaN(req.share(heavy)), "%.0f%%", 100*req.share(heavy)))
+	fmt.Fprintf(w, "With equal RU budgets (%g RU/s each), light was charged %s RU/s (%s) and heavy %s (%s); target: within 10%% of the budget.\n",
 		c.unitBudget, orDash(units.metrics, "%.0f", units.class[light].units), orDash(units.metrics, "%+.1f%%", 100*(units.class[light].units/c.unitBudget-1)),
 		orDash(units.metrics, "%.0f", units.class[heavy].units), orDash(units.metrics, "%+.1f%%", 100*(units.class[heavy].units/c.unitBudget-1)))
 	half := (units.class[light].cpu + units.class[heavy].cpu) / 2
-	fmt.Fprintf(w, "and took %s and %s ms/s of the node's CPU (%s and %s of an equal share).\n",
-		orDash(!math.IsNaN(half), "%.0f", units.class[light].cpu), orDash(!math.IsNaN(half), "%.0f", units.class[heavy].cpu),
-		orDash(!math.IsNaN(half), "%+.1f%%", 100*(units.class[light].cpu/half-1)), orDash(!math.IsNaN(half), "%+.1f%%", 100*(units.class[heavy].cpu/half-1)))
+	fmt.Fprintf(w, "Of the node's work they took %s and %s ms/s (%s and %s of an equal share).\n",
+		orDash(true, "%.0f", units.class[light].cpu), orDash(true, "%.0f", units.class[heavy].cpu),
+		orDash(true, "%+.1f%%", 100*(units.class[light].cpu/half-1)), orDash(true, "%+.1f%%", 100*(units.class[heavy].cpu/half-1)))
 	fmt.Fprintf(w, "Plot: %s\n", c.out)
 }
 
@@ -676,89 +696,130 @@ func orDash(ok bool, format string, v float64) string {
 // classColors are the classes' lines.
 var classColors = [nClasses]color.RGBA{{0x1f, 0x77, 0xb4, 0xff}, {0xd6, 0x27, 0x28, 0xff}}
 
+// runs reports whether class i runs in a phase.
+func runs(i int, phase string) bool {
+	return phase != classPhases[1-i]
+}
+
+// segments are a line broken where it has no points.
+type segments []plotter.XYs
+
+// add appends xy to the last segment, or starts one after a break.
+func (s *segments) add(xy plotter.XY, broken bool) {
+	if broken || len(*s) == 0 {
+		*s = append(*s, nil)
+	}
+	(*s)[len(*s)-1] = append((*s)[len(*s)-1], xy)
+}
+
 // plot draws, per second, the request units charged to each class beside
-// its budget, the requests each had answered, and the node's CPU, measured
-// and attributed to the classes, one above the other, into c.out as a PNG.
+// its budget, the requests each had answered (on a log scale: alone, each
+// runs as fast as the node answers), and the node's CPU, measured and
+// taken by each class's work, one above the other, into c.out as a PNG.
 func (c *classesExp) plot(seconds []classSecond, res classesResult) error {
 	if len(seconds) == 0 {
 		return errors.New("classes: no seconds to plot")
 	}
-	var units, answered, cpu [nClasses]plotter.XYs
-	var budget, nodeCPU plotter.XYs
+	var units, answered, work [nClasses]segments
+	var budget, nodeCPU segments
+	var prev [nClasses]bool
+	prevBudget := false
 	for _, s := range seconds {
 		t := s.T.Seconds()
+		b := c.budget(s.Phase)
 		for i, k := range s.Class {
-			if s.MetricsOK {
-				units[i] = append(units[i], plotter.XY{X: t, Y: k.Units})
+			on := runs(i, s.Phase)
+			if !on {
+				prev[i] = false
+				continue
 			}
-			answered[i] = append(answered[i], plotter.XY{X: t, Y: k.Answered})
+			if s.MetricsOK && b > 0 {
+				units[i].add(plotter.XY{X: t, Y: k.Units}, !prev[i] || len(units[i]) == 0)
+			}
+			if k.Answered > 0 {
+				answered[i].add(plotter.XY{X: t, Y: k.Answered}, !prev[i])
+			}
 			if !math.IsNaN(res.cost[i]) {
-				cpu[i] = append(cpu[i], plotter.XY{X: t, Y: res.cost[i] * k.Answered})
+				work[i].add(plotter.XY{X: t, Y: res.cost[i] * k.Answered}, !prev[i])
 			}
+			prev[i] = true
 		}
-		budget = append(budget, plotter.XY{X: t - s.Length.Seconds(), Y: c.budget(s.Phase)}, plotter.XY{X: t, Y: c.budget(s.Phase)})
+		if b > 0 {
+			budget.add(plotter.XY{X: t - s.Length.Seconds(), Y: b}, !prevBudget)
+			budget.add(plotter.XY{X: t, Y: b}, false)
+		}
+		prevBudget = b > 0
 		if s.CPUOK {
-			nodeCPU = append(nodeCPU, plotter.XY{X: t, Y: s.NodeCPU})
+			nodeCPU.add(plotter.XY{X: t, Y: s.NodeCPU}, false)
 		}
 	}
 	type series struct {
 		name   string
-		xys    plotter.XYs
+		segs   segments
 		color  color.Color
 		dashed bool
 	}
-	panel := func(title, ylabel string, ss []series) (*plot.Plot, error) {
+	panel := func(title, ylabel string, log bool, ss []series) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, "seconds", ylabel
-		p.Y.Min = 0
 		p.Add(plotter.NewGrid())
-		top := 0.0
+		top := 1.0
 		for _, s := range ss {
-			if len(s.xys) == 0 {
-				continue
-			}
-			line, err := plotter.NewLine(s.xys)
-			if err != nil {
-				return nil, fmt.Errorf("classes: %s: %w", s.name, err)
-			}
-			line.Color, line.Width = s.color, vg.Points(1.5)
-			if s.dashed {
-				line.Dashes, line.Width = []vg.Length{vg.Points(4), vg.Points(3)}, vg.Points(1)
-			}
-			p.Add(line)
-			p.Legend.Add(s.name, line)
-			for _, xy := range s.xys {
-				top = max(top, xy.Y)
+			for k, seg := range s.segs {
+				line, err := plotter.NewLine(seg)
+				if err != nil {
+					return nil, fmt.Errorf("classes: %s: %w", s.name, err)
+				}
+				line.Color, line.Width = s.color, vg.Points(1.5)
+				if s.dashed {
+					line.Dashes, line.Width = []vg.Length{vg.Points(4), vg.Points(3)}, vg.Points(1)
+				}
+				p.Add(line)
+				if k == 0 {
+					p.Legend.Add(s.name, line)
+				}
+				for _, xy := range seg {
+					top = max(top, xy.Y)
+				}
 			}
 		}
 		// Room above the lines for the legend and the phases' names.
-		p.Y.Max = max(top, 1) * 1.45
+		p.Y.Min, p.Y.Max = 0, top*1.6
+		if log {
+			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+			p.Y.Min, p.Y.Max = 10, top*30
+		}
+		label := p.Y.Max * 0.93
+		if log {
+			label = p.Y.Max / 1.6
+		}
 		for _, name := range classPhases {
 			x := c.phaseStart(name).Seconds()
-			mark, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: p.Y.Max}})
+			mark, err := plotter.NewLine(plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: p.Y.Max}})
 			if err != nil {
 				return nil, err
 			}
 			mark.Color, mark.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(2), vg.Points(2)}
-			labels, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: x, Y: p.Y.Max * 0.93}}, Labels: []string{" " + name}})
+			labels, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: x, Y: label}}, Labels: []string{" " + name}})
 			if err != nil {
 				return nil, err
 			}
 			p.Add(mark, labels)
 		}
-		p.Legend.Top, p.Legend.Left = true, false
-		p.Legend.YOffs = -vg.Points(14)
+		p.X.Min, p.X.Max = 0, seconds[len(seconds)-1].T.Seconds()
+		p.Legend.Top = true
+		p.Legend.YOffs = -vg.Points(18)
 		return p, nil
 	}
 	gray := color.Gray{Y: 0x40}
-	ru, err := panel("Request units charged per class (cqlguard_request_units_total)", "RU/s", []series{
+	ru, err := panel("Request units charged per class through cqlguard (cqlguard_request_units_total)", "RU/s", false, []series{
 		{"light", units[light], classColors[light], false}, {"heavy", units[heavy], classColors[heavy], false},
 		{"each class's budget", budget, gray, true},
 	})
 	if err != nil {
 		return err
 	}
-	rq, err := panel("Requests answered per class (the loaders)", "requests/s", []series{
+	rq, err := panel("Requests answered per class (alone: straight to the node, as fast as it answers)", "requests/s", true, []series{
 		{"light: single-row reads", answered[light], classColors[light], false},
 		{"heavy: whole-partition reads", answered[heavy], classColors[heavy], false},
 	})
@@ -767,8 +828,8 @@ func (c *classesExp) plot(seconds []classSecond, res classesResult) error {
 	}
 	panels := [][]*plot.Plot{{ru}, {rq}}
 	if len(nodeCPU) > 0 {
-		cp, err := panel("The node's CPU: measured, and attributed per class (answered × CPU per request alone)", "ms of CPU per second", []series{
-			{"light", cpu[light], classColors[light], false}, {"heavy", cpu[heavy], classColors[heavy], false},
+		cp, err := panel("The node's CPU: measured, and each class's work (requests answered × what one cost alone)", "ms of CPU a second", false, []series{
+			{"light's work", work[light], classColors[light], false}, {"heavy's work", work[heavy], classColors[heavy], false},
 			{"node, measured", nodeCPU, gray, true},
 		})
 		if err != nil {

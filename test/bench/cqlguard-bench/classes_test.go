@@ -30,8 +30,8 @@ func TestClassesSummary(t *testing.T) {
 	// costs the node 0.3 ms, a heavy one 8 ms.
 	type want struct{ lightOK, heavyOK, lightRU, heavyRU, cpu float64 }
 	byPhase := map[string]want{
-		phaseLightAlone: {1000, 0, 2000, 0, idle + 300},
-		phaseHeavyAlone: {0, 40, 0, 2000, idle + 320},
+		phaseLightAlone: {1000, 0, 0, 0, idle + 300},
+		phaseHeavyAlone: {0, 40, 0, 0, idle + 320},
 		phaseRequests:   {200, 200, 200, 200, idle + 60 + 1600},
 		phaseUnits:      {1000, 40, 2000, 2000, idle + 300 + 320},
 	}
@@ -77,9 +77,6 @@ func TestClassesSummary(t *testing.T) {
 		if p.class[light].answered != w.lightOK || p.class[heavy].units != w.heavyRU || p.class[heavy].nodeReads != w.heavyOK {
 			t.Errorf("%s: %+v", p.name, p.class)
 		}
-		if math.Abs(res.residual(p)) > 1e-6 {
-			t.Errorf("%s: %v ms/s not attributed", p.name, res.residual(p))
-		}
 	}
 	if got := res.phases[2].share(heavy); math.Abs(got-1600.0/1660) > 1e-9 {
 		t.Errorf("heavy's share with equal request budgets: %v", got)
@@ -90,12 +87,14 @@ func TestClassesSummary(t *testing.T) {
 	for _, s := range []string{
 		"| equal request budgets | heavy | 200 | 200 | 0 | 200 | +0.0% | 1.00 | 10.0ms | 40.0ms | 200 | 1600 | 96% |",
 		"| equal RU budgets | light | 2000 | 1000 | 500 | 2000 | +0.0% | 2.00 | 1.00ms | 3.00ms | 1000 | 300 | 48% |",
-		"| light alone | light |", "| heavy alone | heavy |",
-		"a light read cost the node 300 µs of CPU and a heavy read 8000 µs (26.7 times as much)",
-		"priced at 2.00 and 50.00 RU (25.0 times as much)",
-		"heavy took 96% of the node's CPU",
+		"| light alone | light | - | 1000 | 500 | - | - | - | 1.00ms | 3.00ms | 1000 | 300 | - |",
+		"| heavy alone | heavy | - | 40 | 0 | - | - | - | 10.0ms | 40.0ms | 40 | 320 | - |",
+		"| equal RU budgets | 640 | 300 | 320 | 20 |",
+		"a light read cost it 300.0 µs of CPU and a heavy read 8000 µs (26.7 times as much)",
+		"priced at 2.00 and 50.00 RU (25.0 times as much): 6.7 and 6.",
+		"light had 200 reads/s answered and heavy 200; heavy took 96% of the node's work",
 		"light was charged 2000 RU/s (+0.0%) and heavy 2000 (+0.0%)",
-		"took 300 and 320 ms/s of the node's CPU (-3.2% and +3.2% of an equal share)",
+		"they took 300 and 320 ms/s (-3.2% and +3.2% of an equal share)",
 	} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, b.String())
@@ -130,7 +129,7 @@ func TestClassesWithoutCPU(t *testing.T) {
 	res := c.summarize(seconds, math.NaN())
 	var b bytes.Buffer
 	res.write(&b, c)
-	if strings.Contains(b.String(), "NaN") || strings.Contains(b.String(), "node's CPU (one CPU") ||
+	if strings.Contains(b.String(), "NaN") || strings.Contains(b.String(), "node's CPU, ms a second") ||
 		!strings.Contains(b.String(), "| equal RU budgets | heavy | 1000 | 10 | 0 | 1000 | +0.0% | 100.00 | - | - | - | - | - |") {
 		t.Errorf("report:\n%s", b.String())
 	}
@@ -170,10 +169,17 @@ func TestClassesConfig(t *testing.T) {
 			t.Errorf("requests %v: the default class has a budget", requests)
 		}
 	}
+	c.phase, c.aloneConcurrency = 10*time.Second, 64
 	for i := range nClasses {
-		s := c.spec(i)
-		if s.App != classNames[i] || s.Table != classTables[i] || s.Validate() != nil {
+		s, alone := c.spec(i), c.aloneSpec(i)
+		if s.App != classNames[i] || s.Table != classTables[i] || s.Addr != c.proxyAddr() || s.Validate() != nil {
 			t.Errorf("class %d: spec %+v", i, s)
+		}
+		// Alone, a class goes straight to the node, as fast as it answers,
+		// in its phase.
+		if alone.Table != classTables[i] || alone.Addr != c.upstream || alone.Rate != 0 || alone.Concurrency != 64 ||
+			alone.Start != time.Duration(i)*c.phase || alone.Stop != alone.Start+c.phase || alone.Validate() != nil {
+			t.Errorf("class %d: alone %+v", i, alone)
 		}
 	}
 }
