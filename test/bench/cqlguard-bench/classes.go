@@ -807,8 +807,10 @@ func (c *classesExp) plot(seconds []classSecond, res classesResult) error {
 			p.Add(mark, labels)
 		}
 		p.X.Min, p.X.Max = 0, seconds[len(seconds)-1].T.Seconds()
-		p.Legend.Top = true
-		p.Legend.YOffs = -vg.Points(18)
+		// Top left, below the phases' names: the first phases leave room
+		// there.
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), -vg.Points(22)
 		return p, nil
 	}
 	gray := color.Gray{Y: 0x40}
