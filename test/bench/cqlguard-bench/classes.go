@@ -80,16 +80,17 @@ func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&c.aloneConcurrency, "alone-concurrency", 64, "requests in flight per connection of each class alone, straight to the node")
 	fs.Float64Var(&c.requestBudget, "request-budget", 1000, "each class's max_units_per_second in the phase of equal request budgets, where every request costs 1 RU")
 	fs.Float64Var(&c.unitBudget, "unit-budget", 12000, "each class's max_units_per_second in the phase of equal RU budgets, with the request units of -fixed, -per-row, -per-kib and -per-ms")
-	// A whole-partition read of 256 rows of 1 KiB cost the node 27 times
-	// what a single-row read did, measured at saturation: these prices
-	// make it 26.7 RU to the single-row read's 1.0, leaning on rows and
+	// A whole-partition read of 256 rows of 1 KiB cost the node 27 to 34
+	// times what a single-row read did (29 in the median of five runs),
+	// measured alone at saturation: these prices make it 31.8 RU to the
+	// single-row read's 1.07, 29.7 times as much, leaning on rows and
 	// bytes alike, as one shape of partition cannot tell them apart.
 	// Latency is not priced: on a shared node it holds the time a request
 	// waited behind the other class's, which would charge each class for
 	// the other's work.
 	fs.Float64Var(&c.units.fixed, "fixed", 1, "request_units.fixed of the RU phase")
-	fs.Float64Var(&c.units.perRow, "per-row", 0.05, "request_units.per_row of the RU phase")
-	fs.Float64Var(&c.units.perKiB, "per-kib", 0.05, "request_units.per_kib of the RU phase")
+	fs.Float64Var(&c.units.perRow, "per-row", 0.06, "request_units.per_row of the RU phase")
+	fs.Float64Var(&c.units.perKiB, "per-kib", 0.06, "request_units.per_kib of the RU phase")
 	fs.Float64Var(&c.units.perMs, "per-ms", 0, "request_units.per_ms of the RU phase")
 	fs.DurationVar(&c.phase, "phase", 30*time.Second, "length of each phase")
 	fs.DurationVar(&c.warmup, "warmup", 15*time.Second, "both classes' load before the phases, left out of the figures")
