@@ -80,8 +80,8 @@ func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&c.aloneConcurrency, "alone-concurrency", 64, "requests in flight per connection of each class alone, straight to the node")
 	fs.Float64Var(&c.requestBudget, "request-budget", 1000, "each class's max_units_per_second in the phase of equal request budgets, where every request costs 1 RU")
 	fs.Float64Var(&c.unitBudget, "unit-budget", 12000, "each class's max_units_per_second in the phase of equal RU budgets, with the request units of -fixed, -per-row, -per-kib and -per-ms")
-	// A whole-partition read of 256 rows of 1 KiB cost the node 27 to 34
-	// times what a single-row read did (29 in the median of five runs),
+	// A whole-partition read of 256 rows of 1 KiB cost the node 24 to 34
+	// times what a single-row read did (29 in the median of six runs),
 	// measured alone at saturation: these prices make it 31.8 RU to the
 	// single-row read's 1.07, 29.7 times as much, leaning on rows and
 	// bytes alike, as one shape of partition cannot tell them apart.
