@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME    ?= 10s
 
-.PHONY: all build demo test lint unit fuzz integration bench goodput clean
+.PHONY: all build demo test lint unit fuzz integration bench goodput classes clean
 
 all: build
 
@@ -73,3 +73,15 @@ goodput: build
 	bash test/cassandra/cassandra.sh start
 	bin/cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/goodput.png $(GOODPUTFLAGS)
+
+# classes runs the client classes experiment (issue 15): against the local
+# Cassandra it starts, pinned to a CPU of its own, an application of
+# single-row reads and one of whole-partition reads, each a client class by
+# its APPLICATION_NAME, alone and then together under equal request budgets
+# and under equal request unit budgets. It prints the figures and writes
+# docs/classes.png; about 3 minutes once Cassandra is up.
+classes: build
+	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
+	bash test/cassandra/cassandra.sh start
+	bin/cqlguard-bench classes -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
+		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/classes.png $(CLASSESFLAGS)

@@ -113,7 +113,7 @@ func (g *goodput) phases() []string {
 
 func (g *goodput) run(ctx context.Context) error {
 	if g.upstreamPID != 0 {
-		restore, err := g.pin()
+		restore, err := pinNode(g.upstreamPID, g.stderr)
 		if err != nil {
 			return err
 		}
@@ -253,25 +253,31 @@ func (g *goodput) proxyAddr() string { return "127.0.0.1:9044" }
 
 // startProxy starts cqlguard without limits and waits until it is ready.
 func (g *goodput) startProxy(ctx context.Context) (*exec.Cmd, string, error) {
-	cfgPath := filepath.Join(g.dir, "cqlguard.yaml")
-	if err := os.WriteFile(cfgPath, []byte(g.config(false, false)), 0o600); err != nil {
+	return startCqlguard(ctx, g.cqlguard, g.dir, g.config(false, false), g.proxyAddr(), "CQLGUARD_GOODPUT_PASSWORD="+g.password)
+}
+
+// startCqlguard starts the cqlguard binary bin with the configuration cfg,
+// written to dir, its log beside it and env added to its environment, and
+// waits until it is ready: its admin listener is on the port after addr's.
+// It returns the process and the configuration file's path, for reloads.
+func startCqlguard(ctx context.Context, bin, dir, cfg, addr string, env ...string) (*exec.Cmd, string, error) {
+	cfgPath := filepath.Join(dir, "cqlguard.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, "", err
 	}
-	logPath := filepath.Join(g.dir, "cqlguard.log")
+	logPath := filepath.Join(dir, "cqlguard.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, "", err
 	}
 	defer logFile.Close()
-	cmd := exec.CommandContext(ctx, g.cqlguard, "-config", cfgPath)
-	cmd.Env = append(os.Environ(), "CQLGUARD_GOODPUT_PASSWORD="+g.password)
+	cmd := exec.CommandContext(ctx, bin, "-config", cfgPath)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
-	host, port, _ := net.SplitHostPort(g.proxyAddr())
-	p, _ := strconv.Atoi(port)
-	ready := "http://" + net.JoinHostPort(host, strconv.Itoa(p+1)) + "/readyz"
+	ready := "http://" + adminAddr(addr) + "/readyz"
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get(ready); err == nil {
 			resp.Body.Close()
@@ -285,6 +291,14 @@ func (g *goodput) startProxy(ctx context.Context) (*exec.Cmd, string, error) {
 			return nil, "", fmt.Errorf("cqlguard not ready after 30s: %s", tail(logPath))
 		}
 	}
+}
+
+// adminAddr is the address of the admin listener of a cqlguard listening
+// on addr: the next port.
+func adminAddr(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	return net.JoinHostPort(host, strconv.Itoa(p+1))
 }
 
 // phaseFigures are one phase's means per second.
@@ -317,9 +331,7 @@ type upstreamCounts struct {
 // upstreamCounts takes the counts now.
 func (g *goodput) upstreamCounts(ctx context.Context) upstreamCounts {
 	c := upstreamCounts{at: time.Now()}
-	host, port, _ := net.SplitHostPort(g.proxyAddr())
-	p, _ := strconv.Atoi(port)
-	m, err := scrape(ctx, "http://"+net.JoinHostPort(host, strconv.Itoa(p+1))+"/metrics")
+	m, err := scrape(ctx, "http://"+adminAddr(g.proxyAddr())+"/metrics")
 	if err != nil {
 		fmt.Fprintf(g.stderr, "goodput: reading cqlguard's metrics: %v\n", err)
 		return c
@@ -497,27 +509,27 @@ func (g *goodput) plot(seconds []load.Second) error {
 	return nil
 }
 
-// pin gives the node the last CPU and this process, with cqlguard and the
-// loaders it starts, the others: what the loaders and cqlguard spend, on
-// refused requests above all, then does not come out of the node's CPU, as
-// when the cluster runs on machines of its own. It returns a function that
-// gives the node every CPU again.
-func (g *goodput) pin() (func(), error) {
+// pinNode gives the node, process pid, the last CPU and this process, with
+// cqlguard and the loaders it starts, the others: what the loaders and
+// cqlguard spend, on refused requests above all, then does not come out of
+// the node's CPU, as when the cluster runs on machines of its own. It
+// returns a function that gives the node every CPU again.
+func pinNode(pid int, stderr io.Writer) (func(), error) {
 	n := runtime.NumCPU()
 	if n < 2 {
-		return nil, errors.New("goodput: -upstream-pid needs two CPUs or more")
+		return nil, errors.New("pinning the node: it needs two CPUs or more")
 	}
 	node, rest, all := strconv.Itoa(n-1), fmt.Sprintf("0-%d", n-2), fmt.Sprintf("0-%d", n-1)
 	for _, args := range [][]string{
-		{"-a", "-p", "-c", node, strconv.Itoa(g.upstreamPID)},
+		{"-a", "-p", "-c", node, strconv.Itoa(pid)},
 		{"-a", "-p", "-c", rest, strconv.Itoa(os.Getpid())},
 	} {
 		if out, err := exec.Command("taskset", args...).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("goodput: taskset %s: %v: %s", strings.Join(args, " "), err, out)
+			return nil, fmt.Errorf("pinning the node: taskset %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	fmt.Fprintf(g.stderr, "pinned: the node (pid %d) on CPU %s, cqlguard and the loaders on CPUs %s\n", g.upstreamPID, node, rest)
+	fmt.Fprintf(stderr, "pinned: the node (pid %d) on CPU %s, cqlguard and the loaders on CPUs %s\n", pid, node, rest)
 	return func() {
-		exec.Command("taskset", "-a", "-p", "-c", all, strconv.Itoa(g.upstreamPID)).Run()
+		exec.Command("taskset", "-a", "-p", "-c", all, strconv.Itoa(pid)).Run()
 	}, nil
 }

@@ -10,6 +10,7 @@
 //	cqlguard-bench relay -listen 127.0.0.1:19043 -upstream 127.0.0.1:19042 [-mode eventloop]
 //	cqlguard-bench suite -cqlguard bin/cqlguard
 //	cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/goodput.png
+//	cqlguard-bench classes -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/classes.png
 package main
 
 import (
@@ -49,6 +50,7 @@ commands:
   relay      copy bytes between clients and an upstream, and nothing else
   suite      the benchmark of make bench: direct, through a relay, HAProxy and cqlguard
   goodput    the goodput experiment of make goodput, against a real node
+  classes    the client classes experiment of make classes, against a real node
 
 cqlguard-bench <command> -h lists a command's flags.`
 
@@ -72,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runSuite(ctx, args[1:], stdout, stderr)
 	case "goodput":
 		return runGoodput(ctx, args[1:], stdout, stderr)
+	case "classes":
+		return runClasses(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

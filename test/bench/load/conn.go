@@ -39,10 +39,12 @@ type connStats struct {
 
 	mu                          sync.Mutex
 	succeeded, rejected, failed uint64
-	lat                         *Latencies
+	// lat holds every answer's latency, okLat the succeeded requests'
+	// alone, which refusals answered at once would otherwise hide.
+	lat, okLat *Latencies
 }
 
-func newConnStats() *connStats { return &connStats{lat: NewLatencies()} }
+func newConnStats() *connStats { return &connStats{lat: NewLatencies(), okLat: NewLatencies()} }
 
 // outcome of one request.
 type outcome uint8
@@ -58,6 +60,7 @@ func (s *connStats) record(o outcome, d time.Duration) {
 	switch o {
 	case succeeded:
 		s.succeeded++
+		s.okLat.Record(d)
 	case rejected:
 		s.rejected++
 	default:
@@ -272,6 +275,9 @@ func (c *conn) handshake() error {
 		return fmt.Errorf("SUPPORTED: %w", err)
 	}
 	opts := map[string]string{"CQL_VERSION": "3.0.0", "DRIVER_NAME": "cqlguard-bench"}
+	if c.spec.App != "" {
+		opts["APPLICATION_NAME"] = c.spec.App
+	}
 	switch c.spec.Compression {
 	case frame.CompressionLZ4:
 		opts["COMPRESSION"] = "lz4"

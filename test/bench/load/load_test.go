@@ -76,6 +76,7 @@ func TestParseSpec(t *testing.T) {
 				return s.Version == 5 && s.Compression == frame.CompressionLZ4 && s.Mode == Query && s.Rate == 1000 &&
 					s.Start == 10*time.Second && s.Stop == 20*time.Second && s.Consistency == 10
 			}},
+		{text: "app=reports", want: func(s Spec) bool { return s.App == "reports" }},
 		{text: "compression=none", want: func(s Spec) bool { return s.Compression == frame.CompressionNone }},
 		{text: "version=5,compression=snappy", err: "LZ4 only"},
 		{text: "version=2", err: "not 3, 4 or 5"},
@@ -156,7 +157,9 @@ func TestRejections(t *testing.T) {
 	for _, optIn := range []bool{true, false} {
 		s := DefaultSpec()
 		s.Addr, s.OptIn, s.Conns, s.Concurrency, s.Rate = up.Addr(), optIn, 1, 8, 2000
-		sums, err := Run(context.Background(), []Spec{s}, Options{Duration: 300 * time.Millisecond})
+		var last Interval
+		sums, err := Run(context.Background(), []Spec{s}, Options{Duration: 300 * time.Millisecond,
+			Report: func(sec Second) { last = sec.Loaders[0] }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,6 +167,30 @@ func TestRejections(t *testing.T) {
 		if got.Failed != 0 || got.Rejected == 0 || got.Rejected*4 > got.Answered()+3 || got.Rejected*4 < got.Answered()-3 {
 			t.Errorf("opt-in %v: %d rejected and %d failed of %d, want a quarter rejected", optIn, got.Rejected, got.Failed, got.Answered())
 		}
+		if last.OKP50 <= 0 || last.OKP99 < last.OKP50 {
+			t.Errorf("opt-in %v: succeeded requests' p50 %v, p99 %v", optIn, last.OKP50, last.OKP99)
+		}
+	}
+}
+
+// A loader with an application name sends it in its STARTUP, for client
+// classes to match; one without sends none.
+func TestApplicationName(t *testing.T) {
+	up := startUpstream(t, fakenode.Options{})
+	named, plain := DefaultSpec(), DefaultSpec()
+	named.Name, named.App, plain.Name = "named", "reports", "plain"
+	for _, s := range []*Spec{&named, &plain} {
+		s.Addr, s.Conns, s.Concurrency, s.Rate = up.Addr(), 1, 1, 100
+	}
+	if _, err := Run(context.Background(), []Spec{named, plain}, Options{Duration: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	apps := map[string]int{}
+	for _, st := range up.Startups() {
+		apps[st.Options["APPLICATION_NAME"]]++
+	}
+	if apps["reports"] != 1 || apps[""] != 1 || len(apps) != 2 {
+		t.Errorf("STARTUPs by APPLICATION_NAME: %v, want one reports and one without", apps)
 	}
 }
 

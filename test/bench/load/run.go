@@ -54,6 +54,9 @@ type Interval struct {
 	P50       time.Duration `json:"p50_ns"`
 	P99       time.Duration `json:"p99_ns"`
 	P999      time.Duration `json:"p999_ns"`
+	// OKP50 and OKP99 are the latencies of the succeeded requests alone.
+	OKP50 time.Duration `json:"ok_p50_ns"`
+	OKP99 time.Duration `json:"ok_p99_ns"`
 }
 
 // Second is one reporting interval, normally a second long.
@@ -221,6 +224,7 @@ type loader struct {
 	spec  Spec
 	stats []*connStats
 	lat   *Latencies // one interval's
+	okLat *Latencies // one interval's succeeded requests'
 	total *Latencies // the measured intervals'
 	sum   Summary
 
@@ -229,7 +233,7 @@ type loader struct {
 }
 
 func newLoader(s Spec) *loader {
-	l := &loader{spec: s, lat: NewLatencies(), total: NewLatencies(), errs: map[string]int{}}
+	l := &loader{spec: s, lat: NewLatencies(), okLat: NewLatencies(), total: NewLatencies(), errs: map[string]int{}}
 	for range s.Conns {
 		l.stats = append(l.stats, newConnStats())
 	}
@@ -360,6 +364,7 @@ func sleepOrStop(d time.Duration, stop <-chan struct{}) bool {
 func (l *loader) collect(measured bool) Interval {
 	iv := Interval{Loader: l.spec.Name}
 	l.lat.Reset()
+	l.okLat.Reset()
 	for _, s := range l.stats {
 		iv.Attempted += s.attempted.Swap(0)
 		s.mu.Lock()
@@ -368,10 +373,13 @@ func (l *loader) collect(measured bool) Interval {
 		iv.Failed += s.failed
 		s.succeeded, s.rejected, s.failed = 0, 0, 0
 		l.lat.Merge(s.lat)
+		l.okLat.Merge(s.okLat)
 		s.lat.Reset()
+		s.okLat.Reset()
 		s.mu.Unlock()
 	}
 	iv.P50, iv.P99, iv.P999 = l.lat.Percentile(50), l.lat.Percentile(99), l.lat.Percentile(99.9)
+	iv.OKP50, iv.OKP99 = l.okLat.Percentile(50), l.okLat.Percentile(99)
 	if measured {
 		l.total.Merge(l.lat)
 		l.sum.Attempted += iv.Attempted

@@ -76,6 +76,9 @@ type Spec struct {
 	Password    string
 	// OptIn asks for ScyllaDB's rate-limit error where the server offers it.
 	OptIn bool
+	// App, when set, is sent as the STARTUP option APPLICATION_NAME, which
+	// cqlguard's client classes match on.
+	App string
 	// Start and Stop are when, from the start of the run, the loader starts
 	// and stops; Stop 0 means at the end of the run.
 	Start, Stop time.Duration
@@ -102,7 +105,7 @@ var consistencies = map[string]uint16{
 // SpecKeys lists the keys Set accepts, in the order help shows them.
 var SpecKeys = []string{"name", "addr", "version", "compression", "conns", "concurrency", "rate",
 	"mode", "op", "keyspace", "table", "keys", "dist", "hot-fraction", "hot-keys", "zipf-s",
-	"value-bytes", "consistency", "user", "password", "opt-in", "start", "stop"}
+	"value-bytes", "consistency", "user", "password", "opt-in", "app", "start", "stop"}
 
 // Set sets one field of s by its key in Keys, from its text.
 func (s *Spec) Set(key, value string) error {
@@ -162,6 +165,8 @@ func (s *Spec) Set(key, value string) error {
 		s.Password = value
 	case "opt-in":
 		s.OptIn, err = strconv.ParseBool(value)
+	case "app":
+		s.App = value
 	case "start":
 		s.Start, err = time.ParseDuration(value)
 	case "stop":
