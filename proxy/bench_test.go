@@ -73,36 +73,40 @@ func BenchmarkForwardExecute(b *testing.B) {
 	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up}, ""
 	addr := startBenchProxy(b, cfg)
 
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
-	startup = append(startup, 0, 0)
-	c.Write(startup)
-	r := frame.NewReader(bufio.NewReaderSize(c, 64<<10), 1<<20)
-	if _, _, err := r.Next(); err != nil {
-		b.Fatal(err)
-	}
-
 	// An EXECUTE with a 16-byte id, consistency ONE and one 8-byte value.
 	body := binary.BigEndian.AppendUint16(nil, 16)
 	body = append(body, make([]byte, 16)...)
 	body = append(body, 0, 1, 0x01, 0, 1)
 	body = binary.BigEndian.AppendUint32(body, 8)
 	body = append(body, make([]byte, 8)...)
+	pipeline(b, addr, frame.OpExecute, body)
+}
+
+// pipeline sends requests of opcode op with body to the proxy at addr,
+// 128 in flight: batches of 128 pipelined requests, each batch's answers
+// read before the next is sent, until b.N are answered. It reports the
+// whole process's allocations.
+func pipeline(b *testing.B, addr string, op frame.Opcode, body []byte) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
+	c.Write(append(startup, 0, 0))
+	r := frame.NewReader(bufio.NewReaderSize(c, 64<<10), 1<<20)
+	if _, _, err := r.Next(); err != nil {
+		b.Fatal(err)
+	}
 	const inflight = 128
 	reqs := make([][]byte, inflight)
 	for i := range reqs {
-		reqs[i] = frame.AppendHeader(nil, frame.Header{Version: 4, Stream: int16(i), Opcode: frame.OpExecute, Length: len(body)})
+		reqs[i] = frame.AppendHeader(nil, frame.Header{Version: 4, Stream: int16(i), Opcode: op, Length: len(body)})
 		reqs[i] = append(reqs[i], body...)
 	}
 	bw := bufio.NewWriterSize(c, 64<<10)
 	b.ReportAllocs()
 	b.ResetTimer()
-	// Batches of 128 pipelined requests, each batch's answers read before
-	// the next is sent.
 	for sent := 0; sent < b.N; {
 		n := min(inflight, b.N-sent)
 		for i := range n {
@@ -118,6 +122,7 @@ func BenchmarkForwardExecute(b *testing.B) {
 		}
 		sent += n
 	}
+	b.StopTimer()
 }
 
 func startBenchProxy(b *testing.B, cfg config.Config) string {
@@ -216,46 +221,11 @@ func BenchmarkHotReads(b *testing.B) {
 			go p.Serve(ln)
 			b.Cleanup(func() { ln.Close() })
 
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
-			c.Write(append(startup, 0, 0))
-			r := frame.NewReader(bufio.NewReaderSize(c, 64<<10), 1<<20)
-			if _, _, err := r.Next(); err != nil {
-				b.Fatal(err)
-			}
 			q := "SELECT * FROM ks.kv WHERE k = 1"
 			body := binary.BigEndian.AppendUint32(nil, uint32(len(q)))
 			body = append(body, q...)
 			body = append(body, 0, 1, 0) // consistency ONE, no flags
-			const inflight = 128
-			reqs := make([][]byte, inflight)
-			for i := range reqs {
-				reqs[i] = frame.AppendHeader(nil, frame.Header{Version: 4, Stream: int16(i), Opcode: frame.OpQuery, Length: len(body)})
-				reqs[i] = append(reqs[i], body...)
-			}
-			bw := bufio.NewWriterSize(c, 64<<10)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for sent := 0; sent < b.N; {
-				n := min(inflight, b.N-sent)
-				for i := range n {
-					bw.Write(reqs[i])
-				}
-				if err := bw.Flush(); err != nil {
-					b.Fatal(err)
-				}
-				for range n {
-					if _, _, err := r.Next(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				sent += n
-			}
-			b.StopTimer()
+			pipeline(b, ln.Addr().String(), frame.OpQuery, body)
 			for _, o := range []string{"cached", "coalesced", "forwarded", "uncoalesced"} {
 				if bc.table != nil {
 					b.ReportMetric(metricValue(b, p.hotReads.served.WithLabelValues("ks", "kv", o))/float64(b.N), o+"/op")

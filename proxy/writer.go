@@ -83,13 +83,7 @@ func (w *writer) Write(f []byte) error {
 		w.room.Wait()
 	}
 	if w.closed {
-		err := w.err
-		w.mu.Unlock()
-		w.release(len(f))
-		if err == nil {
-			err = errWriterClosed
-		}
-		return err
+		return w.refuseLocked(len(f))
 	}
 	w.pending = append(w.pending, f...)
 	if w.segs == nil {
@@ -97,6 +91,18 @@ func (w *writer) Write(f []byte) error {
 	}
 	w.mu.Unlock()
 	return nil
+}
+
+// refuseLocked gives back the n bytes of a frame a closed writer will not
+// queue, and returns why it stopped. It unlocks w.mu.
+func (w *writer) refuseLocked(n int) error {
+	err := w.err
+	w.mu.Unlock()
+	w.release(n)
+	if err == nil {
+		err = errWriterClosed
+	}
+	return err
 }
 
 // Offer queues the frame f with its stream id set to stream, without
@@ -112,13 +118,7 @@ func (w *writer) Offer(f []byte, stream int16, kick bool) error {
 	w.held.Add(int64(len(f)))
 	w.mu.Lock()
 	if w.closed {
-		err := w.err
-		w.mu.Unlock()
-		w.release(len(f))
-		if err == nil {
-			err = errWriterClosed
-		}
-		return err
+		return w.refuseLocked(len(f))
 	}
 	n := len(w.pending)
 	w.pending = append(w.pending, f...)
