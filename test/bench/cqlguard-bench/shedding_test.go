@@ -96,9 +96,9 @@ func TestSheddingSummary(t *testing.T) {
 	var out bytes.Buffer
 	res.write(&out, e)
 	for _, s := range []string{
-		"| without shedding | batch joins | 600 | 1.00ms | 40.0ms | 0 | 300 | 0 | 0 | 0 | 0 | - | - |",
-		"| with shedding | batch joins | 950 | 1.00ms | 2.50ms | 0 | 20 | 200 | 0 | 0 | 200 | 0.40 (0.40) | 0.60 |",
-		"| with shedding | interactive alone | 1000 | 1.00ms | 2.00ms | 0 | 0 | 0 | 0 | 0 | 0 | 1.00 (1.00) | 0.00 |",
+		"| without shedding | batch joins | 600 | 1.00ms | 40.0ms (40.0ms) | 0 | 300 | 0 | 0 | 0 | 0 | - | - |",
+		"| with shedding | batch joins | 950 | 1.00ms | 2.50ms (2.50ms) | 0 | 20 | 200 | 0 | 0 | 200 | 0.40 (0.40) | 0.60 |",
+		"| with shedding | interactive alone | 1000 | 1.00ms | 2.00ms (2.00ms) | 0 | 0 | 0 | 0 | 0 | 0 | 1.00 (1.00) | 0.00 |",
 		"| without shedding | 20.00 | 60.0% | 0 |",
 		"| with shedding | 1.25 | 95.0% | 0 |",
 		"With shedding: p99 1.25× (met), goodput 95.0% (met), shed while alone met.",
@@ -129,7 +129,7 @@ func TestSheddingSummary(t *testing.T) {
 // the batch class starts with the second phase.
 func TestSheddingConfig(t *testing.T) {
 	t.Parallel()
-	e := &sheddingExp{upstream: "127.0.0.2:9042", keys: 100, widePartitions: 4, conns: 2, interactiveRate: 500,
+	e := &sheddingExp{upstream: "127.0.0.2:9042", keys: 100, widePartitions: 4, conns: 2, interactiveRate: 500, batchRate: 800,
 		interactiveConcurrency: 8, batchConcurrency: 4, phase: 10 * time.Second, shortWindow: time.Second, longWindow: 20 * time.Second}
 	for _, on := range []bool{false, true} {
 		path := filepath.Join(t.TempDir(), "cqlguard.yaml")
@@ -161,7 +161,7 @@ func TestSheddingConfig(t *testing.T) {
 		}
 	}
 	if in, b := e.spec(interactive), e.spec(batch); in.Rate != 500 || in.Start != 0 || in.Table != "kv" ||
-		b.Rate != 0 || b.Start != e.phase || b.Table != "wide" || b.Keys != 4 {
+		b.Rate != 800 || b.Start != e.phase || b.Table != "wide" || b.Keys != 4 {
 		t.Errorf("interactive %+v, batch %+v", in, b)
 	}
 }
