@@ -502,10 +502,13 @@ func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
 			b.answered, b.refused, b.failed, orDash(p.metrics, "%.0f", in.shed), orDash(p.metrics, "%.0f", b.shed),
 			ratioText(p.ratio, p.minRatio), orDash(true, "%.2f", p.maxPressure))
 	}
-	fmt.Fprintf(w, "\n| half | interactive p99 with batch / alone (target ≤ 1.5) | interactive goodput with batch / alone (target ≥ 90%%) | requests shed while alone (target 0) |\n| --- | ---: | ---: | ---: |\n")
+	// Only tier 0 runs alone, and it is never shed: the tiers shed while
+	// alone say what a healthy node would have cost a batch class there.
+	fmt.Fprintf(w, "\n| half | interactive p99 with batch / alone (target ≤ 1.5) | interactive goodput with batch / alone (target ≥ 90%%) | requests shed while alone (target 0) | most tiers shed while alone |\n| --- | ---: | ---: | ---: | ---: |\n")
 	for _, half := range shedHalves {
 		c := r.checks(half)
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f |\n", half, orDash(true, "%.2f", c.p99Ratio), orDash(true, "%.1f%%", 100*c.goodput), c.shedAlone)
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s |\n", half, orDash(true, "%.2f", c.p99Ratio), orDash(true, "%.1f%%", 100*c.goodput), c.shedAlone,
+			orDash(true, "%.2f", r.phase(half, phaseAlone).maxPressure))
 	}
 	on := r.checks(halfOn)
 	fmt.Fprintf(w, "\nWith shedding: p99 %s (%s), goodput %s (%s), shed while alone %s.\n",
