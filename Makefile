@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME    ?= 10s
 
-.PHONY: all build demo test lint unit fuzz integration bench goodput classes clean
+.PHONY: all build demo test lint unit fuzz integration bench goodput classes shedding clean
 
 all: build
 
@@ -85,3 +85,15 @@ classes: build
 	bash test/cassandra/cassandra.sh start
 	bin/cqlguard-bench classes -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/classes.png $(CLASSESFLAGS)
+
+# shedding runs the shedding experiment (issue 16): against the local
+# Cassandra it starts, pinned to a CPU of its own, an interactive class of
+# single-row reads (tier 0) alone and then with a batch class of
+# whole-partition reads (tier 5) that saturates the node, once through a
+# cqlguard without shedding and once through one with it. It prints the
+# figures and writes docs/shedding.png; about 3 minutes once Cassandra is up.
+shedding: build
+	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
+	bash test/cassandra/cassandra.sh start
+	bin/cqlguard-bench shedding -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
+		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/shedding.png $(SHEDDINGFLAGS)

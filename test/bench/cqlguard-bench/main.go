@@ -11,6 +11,7 @@
 //	cqlguard-bench suite -cqlguard bin/cqlguard
 //	cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/goodput.png
 //	cqlguard-bench classes -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/classes.png
+//	cqlguard-bench shedding -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 -out docs/shedding.png
 package main
 
 import (
@@ -51,6 +52,7 @@ commands:
   suite      the benchmark of make bench: direct, through a relay, HAProxy and cqlguard
   goodput    the goodput experiment of make goodput, against a real node
   classes    the client classes experiment of make classes, against a real node
+  shedding   the shedding experiment of make shedding, against a real node
 
 cqlguard-bench <command> -h lists a command's flags.`
 
@@ -76,6 +78,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runGoodput(ctx, args[1:], stdout, stderr)
 	case "classes":
 		return runClasses(ctx, args[1:], stdout, stderr)
+	case "shedding":
+		return runShedding(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

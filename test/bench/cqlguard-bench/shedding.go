@@ -1,0 +1,670 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/test/bench/load"
+)
+
+// sheddingExp runs the shedding experiment against a real node: an
+// interactive class of single-row reads at a fixed rate, tier 0, runs
+// alone through cqlguard, then a batch class of whole-partition reads,
+// tier 5, joins it at a rate over what the node answers, as fast as its
+// requests in flight allow, and saturates the node. The pair runs twice, each with a cqlguard of its own, as the
+// shedding section takes effect on restart only: without shedding, then
+// with it. It reports, per half and phase, the interactive class's
+// goodput and latencies, what the batch class had answered and shed, and
+// cqlguard's shedding signals, and plots them per second.
+type sheddingExp struct {
+	cqlguard, upstream, user, password string
+	keys                               uint64
+	widePartitions, wideRows, rowBytes int
+	conns                              int
+	interactiveRate, batchRate         float64
+	interactiveConcurrency             int
+	batchConcurrency                   int
+	shortWindow, longWindow            time.Duration
+	phase, warmup, preload             time.Duration
+	upstreamPID                        int
+	out, jsonPath, dir                 string
+	stdout, stderr                     io.Writer
+}
+
+func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	e := &sheddingExp{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("shedding", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&e.cqlguard, "cqlguard", "bin/cqlguard", "the cqlguard binary")
+	fs.StringVar(&e.upstream, "upstream", "127.0.0.2:9042", "the Cassandra or ScyllaDB node")
+	fs.StringVar(&e.user, "user", "cassandra", "PasswordAuthenticator user of the loaders and of the tables' writes")
+	fs.StringVar(&e.password, "password", "cassandra", "the password of -user")
+	fs.Uint64Var(&e.keys, "keys", 10000, "partitions of bench.kv the interactive class reads, a row each, written first")
+	fs.IntVar(&e.widePartitions, "wide-partitions", 16, "partitions of bench.wide the batch class reads whole, written first")
+	fs.IntVar(&e.wideRows, "wide-rows", 256, "rows of each partition of bench.wide")
+	fs.IntVar(&e.rowBytes, "row-bytes", 1024, "size of each row's value in bench.wide")
+	fs.IntVar(&e.conns, "conns", 2, "connections of each loader")
+	fs.Float64Var(&e.interactiveRate, "interactive-rate", 5000, "reads a second the interactive class offers, well under what the node answers alone")
+	fs.IntVar(&e.interactiveConcurrency, "interactive-concurrency", 64, "requests in flight per connection of the interactive class, at most")
+	// The node answered about 2,100 whole-partition reads a second at
+	// 128 in flight: 4,000 keeps it saturated without shedding, and with
+	// shedding keeps the refused requests to what a batch job would send
+	// rather than a loop as fast as cqlguard refuses.
+	fs.Float64Var(&e.batchRate, "batch-rate", 4000, "reads a second the batch class offers, kept when refused (0: as fast as its requests in flight allow)")
+	fs.IntVar(&e.batchConcurrency, "batch-concurrency", 64, "requests in flight per connection of the batch class, at most")
+	fs.DurationVar(&e.shortWindow, "short-window", 0, "shedding.short_window (0: the default)")
+	fs.DurationVar(&e.longWindow, "long-window", 0, "shedding.long_window (0: the default); the phase alone should fill it")
+	fs.DurationVar(&e.phase, "phase", 30*time.Second, "length of each phase")
+	fs.DurationVar(&e.warmup, "warmup", 10*time.Second, "the interactive class's load before each half's phases, left out of the figures")
+	fs.DurationVar(&e.preload, "preload", 5*time.Second, "time spent writing bench.kv's rows first")
+	fs.IntVar(&e.upstreamPID, "upstream-pid", 0, "the node's process id, when it runs on this machine: it is pinned to the last CPU and everything else here to the others (0: no pinning)")
+	fs.StringVar(&e.out, "out", "shedding.png", "the plot to write")
+	fs.StringVar(&e.jsonPath, "json", "", "also write each second's figures to this file, one JSON object a line")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if e.interactiveRate <= 0 || e.phase < 2*settle {
+		return errors.New("shedding: -interactive-rate must be positive and -phase at least 6s")
+	}
+	dir, err := os.MkdirTemp("", "cqlguard-shedding-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	e.dir = dir
+	return e.run(ctx)
+}
+
+// The classes, by index in the figures.
+const (
+	interactive = iota
+	batch
+	nShedClasses
+)
+
+var shedClassNames = [nShedClasses]string{"interactive", "batch"}
+
+// shedClassTiers are the classes' tiers: the interactive class is never
+// shed, the batch class first.
+var shedClassTiers = [nShedClasses]int{0, 5}
+
+// The halves and phases, in order.
+const (
+	halfOff        = "without shedding"
+	halfOn         = "with shedding"
+	phaseAlone     = "interactive alone"
+	phaseBatchJoin = "batch joins"
+)
+
+var (
+	shedHalves = []string{halfOff, halfOn}
+	shedPhases = []string{phaseAlone, phaseBatchJoin}
+)
+
+func (e *sheddingExp) proxyAddr() string { return "127.0.0.1:9048" }
+
+// config is cqlguard's configuration: the two classes matched by
+// application name with their tiers and no budgets, shedding on or off.
+// A shed request is answered with Config_error, which the loaders count
+// as refused, where Overloaded would be counted as failed.
+func (e *sheddingExp) config(shedding bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: %s\nupstreams: [%s]\nadmin:\n  listen: %s\nlog:\n  level: info\nclients:\n  classes:\n",
+		e.proxyAddr(), e.upstream, adminAddr(e.proxyAddr()))
+	for i, name := range shedClassNames {
+		fmt.Fprintf(&b, "    - name: %s\n      tier: %d\n      match: {application_names: [%s]}\n", name, shedClassTiers[i], name)
+	}
+	fmt.Fprintf(&b, "shedding:\n  enabled: %t\n  error: config_error\n", shedding)
+	if e.shortWindow > 0 {
+		fmt.Fprintf(&b, "  short_window: %v\n", e.shortWindow)
+	}
+	if e.longWindow > 0 {
+		fmt.Fprintf(&b, "  long_window: %v\n", e.longWindow)
+	}
+	return b.String()
+}
+
+// spec is the loader of class i through cqlguard: the interactive class
+// for both phases at its rate, the batch class from the second phase on
+// as fast as it is answered.
+func (e *sheddingExp) spec(i int) load.Spec {
+	s := load.DefaultSpec()
+	s.Name, s.App, s.Addr, s.Username, s.Password = shedClassNames[i], shedClassNames[i], e.proxyAddr(), e.user, e.password
+	s.Conns = e.conns
+	if i == interactive {
+		s.Table, s.Keys, s.Rate, s.Concurrency = "kv", e.keys, e.interactiveRate, e.interactiveConcurrency
+	} else {
+		s.Table, s.Keys, s.Rate, s.Concurrency = "wide", uint64(e.widePartitions), e.batchRate, e.batchConcurrency
+		s.Start = e.phase
+	}
+	return s
+}
+
+func (e *sheddingExp) run(ctx context.Context) error {
+	if e.upstreamPID != 0 {
+		restore, err := pinNode(e.upstreamPID, e.stderr)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
+	// The tables are those of the client classes experiment.
+	tables := &classesExp{upstream: e.upstream, user: e.user, password: e.password, keys: e.keys,
+		widePartitions: e.widePartitions, wideRows: e.wideRows, rowBytes: e.rowBytes, preload: e.preload, stderr: e.stderr}
+	node, err := tables.connect()
+	if err != nil {
+		return err
+	}
+	err = tables.createTables(ctx, node)
+	node.Close()
+	if err != nil {
+		return err
+	}
+	var jsonOut io.Writer
+	if e.jsonPath != "" {
+		f, err := os.Create(e.jsonPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jsonOut = f
+	}
+	var seconds []shedSecond
+	for _, half := range shedHalves {
+		s, err := e.runHalf(ctx, half, jsonOut)
+		if err != nil {
+			return fmt.Errorf("%s: %w", half, err)
+		}
+		seconds = append(seconds, s...)
+	}
+	res := summarizeShedding(seconds)
+	if err := e.plot(seconds); err != nil {
+		return err
+	}
+	res.write(e.stdout, e)
+	return nil
+}
+
+// runHalf starts a cqlguard with shedding on or off, warms it and the
+// node with the interactive class, runs the two phases and stops it.
+func (e *sheddingExp) runHalf(ctx context.Context, half string, jsonOut io.Writer) ([]shedSecond, error) {
+	px, _, err := startCqlguard(ctx, e.cqlguard, e.dir, e.config(half == halfOn), e.proxyAddr())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		px.Process.Signal(syscall.SIGTERM)
+		px.Wait()
+	}()
+	fmt.Fprintf(e.stderr, "%s: warming up for %v\n", half, e.warmup)
+	if e.warmup > 0 {
+		if _, err := load.Run(ctx, []load.Spec{e.spec(interactive)}, load.Options{Duration: e.warmup}); err != nil {
+			return nil, fmt.Errorf("warming up: %w", err)
+		}
+	}
+	metricsURL := "http://" + adminAddr(e.proxyAddr()) + "/metrics"
+	var seconds []shedSecond
+	prev := sampleShedding(ctx, metricsURL)
+	fmt.Fprintf(e.stderr, "%s: running %v: %s\n", half, 2*e.phase, strings.Join(shedPhases, ", "))
+	_, err = load.Run(ctx, []load.Spec{e.spec(interactive), e.spec(batch)}, load.Options{
+		Duration: 2 * e.phase,
+		Phases:   []load.Phase{{Name: phaseAlone, At: 0}, {Name: phaseBatchJoin, At: e.phase}},
+		Report: func(s load.Second) {
+			now := sampleShedding(ctx, metricsURL)
+			ss := newShedSecond(half, s, prev, now)
+			prev = now
+			seconds = append(seconds, ss)
+			ss.write(e.stderr)
+			if jsonOut != nil {
+				b, _ := json.Marshal(ss)
+				fmt.Fprintf(jsonOut, "%s\n", b)
+			}
+		},
+	})
+	return seconds, err
+}
+
+// shedSample is a moment's shedding figures from cqlguard's metrics: the
+// requests shed so far by class tier, and the gauges of the one node.
+type shedSample struct {
+	at              time.Time
+	shed            [nShedClasses]float64
+	ratio, pressure float64
+	ok              bool
+}
+
+func sampleShedding(ctx context.Context, url string) shedSample {
+	s := shedSample{at: time.Now(), ratio: math.NaN(), pressure: math.NaN()}
+	m, err := scrape(ctx, url)
+	if err != nil {
+		return s
+	}
+	s.ok = true
+	for i, tier := range shedClassTiers {
+		s.shed[i] = m.sum("cqlguard_shed_requests_total", fmt.Sprintf("tier=%q", fmt.Sprint(tier)), `outcome="shed"`)
+	}
+	// Without shedding the gauges are not registered: they stay unknown.
+	if hasSeries(m, "cqlguard_shed_latency_ratio") {
+		s.ratio, s.pressure = m.sum("cqlguard_shed_latency_ratio"), m.sum("cqlguard_shed_pressure_tiers")
+	}
+	return s
+}
+
+// hasSeries reports whether m holds a series of the metric name.
+func hasSeries(m metrics, name string) bool {
+	for series := range m {
+		if n, _, _ := strings.Cut(series, "{"); n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// shedSecond is one second of a half.
+type shedSecond struct {
+	Half   string                           `json:"half"`
+	T      time.Duration                    `json:"t_ns"`
+	Length time.Duration                    `json:"length_ns"`
+	Phase  string                           `json:"phase"`
+	Class  [nShedClasses]shedClassPerSecond `json:"classes"`
+	// Ratio and Pressure are cqlguard_shed_latency_ratio and
+	// cqlguard_shed_pressure_tiers at the second's end, NaN without
+	// shedding.
+	Ratio    float64 `json:"ratio"`
+	Pressure float64 `json:"pressure_tiers"`
+	// MetricsOK says whether cqlguard's metrics were read at both ends.
+	MetricsOK bool `json:"metrics_ok"`
+}
+
+// shedClassPerSecond is one class's second.
+type shedClassPerSecond struct {
+	Answered, Refused, Failed float64       // the loader's requests a second
+	P50, P99                  time.Duration // of the answered requests
+	Shed                      float64       // cqlguard_shed_requests_total of the class's tier, a second
+}
+
+// newShedSecond puts together the loaders' second s and the samples taken
+// at its start (from) and end (to).
+func newShedSecond(half string, s load.Second, from, to shedSample) shedSecond {
+	ss := shedSecond{Half: half, T: s.T, Length: s.Length, Phase: s.Phase, Ratio: to.ratio, Pressure: to.pressure}
+	secs := s.Length.Seconds()
+	for _, iv := range s.Loaders {
+		i := interactive
+		if iv.Loader == shedClassNames[batch] {
+			i = batch
+		}
+		k := &ss.Class[i]
+		k.Answered, k.Refused, k.Failed = float64(iv.Succeeded)/secs, float64(iv.Rejected)/secs, float64(iv.Failed)/secs
+		k.P50, k.P99 = iv.OKP50, iv.OKP99
+	}
+	span := to.at.Sub(from.at).Seconds()
+	if ss.MetricsOK = from.ok && to.ok && span > 0; ss.MetricsOK {
+		for i := range ss.Class {
+			ss.Class[i].Shed = (to.shed[i] - from.shed[i]) / span
+		}
+	}
+	return ss
+}
+
+// MarshalJSON writes the unknown gauges as null: JSON has no NaN.
+func (ss shedSecond) MarshalJSON() ([]byte, error) {
+	type plain shedSecond
+	v := struct {
+		plain
+		Ratio    *float64 `json:"ratio"`
+		Pressure *float64 `json:"pressure_tiers"`
+	}{plain: plain(ss)}
+	if !math.IsNaN(ss.Ratio) {
+		v.Ratio, v.Pressure = &ss.Ratio, &ss.Pressure
+	}
+	return json.Marshal(v)
+}
+
+func (ss shedSecond) write(w io.Writer) {
+	for i, k := range ss.Class {
+		fmt.Fprintf(w, "%7.1fs  %-16s %-17s %-11s answered %6.0f/s  refused %6.0f/s  failed %5.0f/s  shed %6.0f/s  p50 %8s  p99 %8s",
+			ss.T.Seconds(), ss.Half, ss.Phase, shedClassNames[i], k.Answered, k.Refused, k.Failed, k.Shed,
+			load.FormatLatency(k.P50), load.FormatLatency(k.P99))
+		if i == batch && !math.IsNaN(ss.Ratio) {
+			fmt.Fprintf(w, "  ratio %.2f  pressure %.2f tiers", ss.Ratio, ss.Pressure)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// shedFigures are one class's means per second over a phase, from the
+// seconds after the phase's change settled.
+type shedFigures struct {
+	answered, refused, failed, shed float64
+	p50, p99                        time.Duration // means of the seconds' percentiles
+	// p99Median is the median of the seconds' p99s: a few seconds' bursts
+	// move the mean but not it.
+	p99Median time.Duration
+}
+
+// shedPhaseResult is one phase of one half.
+type shedPhaseResult struct {
+	half, name string
+	seconds    int
+	class      [nShedClasses]shedFigures
+	// shedAll is the requests shed over the whole phase, settling
+	// included, of every class: what a healthy phase must keep at 0.
+	shedAll float64
+	// ratio is the mean and minRatio the least latency ratio, maxPressure
+	// the most tiers shed, over the settled seconds; NaN without shedding.
+	ratio, minRatio, maxPressure float64
+	metrics                      bool
+}
+
+type sheddingResult struct{ phases []shedPhaseResult }
+
+// phase is the result of a half's phase.
+func (r sheddingResult) phase(half, name string) shedPhaseResult {
+	for _, p := range r.phases {
+		if p.half == half && p.name == name {
+			return p
+		}
+	}
+	return shedPhaseResult{half: half, name: name}
+}
+
+// summarizeShedding averages each phase of each half, leaving out the
+// first seconds of each phase while its change takes hold.
+func summarizeShedding(seconds []shedSecond) sheddingResult {
+	var res sheddingResult
+	for _, half := range shedHalves {
+		var start time.Duration // the phase's start, from its first second
+		for _, name := range shedPhases {
+			p := shedPhaseResult{half: half, name: name, metrics: true, ratio: math.NaN(), minRatio: math.NaN(), maxPressure: math.NaN()}
+			first := true
+			var p50, p99 [nShedClasses]float64
+			var p99s [nShedClasses][]time.Duration
+			var ratio float64
+			for _, s := range seconds {
+				if s.Half != half || s.Phase != name {
+					continue
+				}
+				if first {
+					start, first = s.T-s.Length, false
+				}
+				p.metrics = p.metrics && s.MetricsOK
+				for _, k := range s.Class {
+					p.shedAll += k.Shed * s.Length.Seconds()
+				}
+				if s.T-s.Length < start+settle {
+					continue
+				}
+				p.seconds++
+				for i, k := range s.Class {
+					f := &p.class[i]
+					f.answered += k.Answered
+					f.refused += k.Refused
+					f.failed += k.Failed
+					f.shed += k.Shed
+					p50[i] += float64(k.P50)
+					p99[i] += float64(k.P99)
+					p99s[i] = append(p99s[i], k.P99)
+				}
+				if !math.IsNaN(s.Ratio) {
+					ratio += s.Ratio
+					p.minRatio = nanMin(p.minRatio, s.Ratio)
+					p.maxPressure = nanMax(p.maxPressure, s.Pressure)
+				}
+			}
+			if n := float64(p.seconds); n > 0 {
+				for i := range p.class {
+					f := &p.class[i]
+					f.answered /= n
+					f.refused /= n
+					f.failed /= n
+					f.shed /= n
+					f.p50, f.p99 = time.Duration(p50[i]/n), time.Duration(p99[i]/n)
+					slices.Sort(p99s[i])
+					f.p99Median = p99s[i][len(p99s[i])/2]
+				}
+				if !math.IsNaN(p.minRatio) {
+					p.ratio = ratio / n
+				}
+			} else {
+				p.metrics = false
+			}
+			res.phases = append(res.phases, p)
+		}
+	}
+	return res
+}
+
+// nanMin and nanMax are min and max where NaN is no value yet.
+func nanMin(a, b float64) float64 {
+	if math.IsNaN(a) {
+		return b
+	}
+	return min(a, b)
+}
+
+func nanMax(a, b float64) float64 {
+	if math.IsNaN(a) {
+		return b
+	}
+	return max(a, b)
+}
+
+// checks are the issue's targets for one half: the interactive class's
+// p99 and goodput with the batch class beside it against the same half's
+// phase alone, and nothing shed while the node was healthy.
+type checks struct {
+	p99Ratio, goodput float64
+	shedAlone         float64
+}
+
+func (r sheddingResult) checks(half string) checks {
+	alone, joined := r.phase(half, phaseAlone), r.phase(half, phaseBatchJoin)
+	a, j := alone.class[interactive], joined.class[interactive]
+	return checks{
+		p99Ratio:  float64(j.p99) / float64(a.p99),
+		goodput:   j.answered / a.answered,
+		shedAlone: alone.shedAll,
+	}
+}
+
+func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
+	fmt.Fprintf(w, "Interactive (tier 0): single-row reads of bench.kv (%d partitions) offered at %.0f/s, %d connections of at most %d in flight.\n",
+		e.keys, e.interactiveRate, e.conns, e.interactiveConcurrency)
+	fmt.Fprintf(w, "Batch (tier 5): whole-partition reads of bench.wide (%d partitions of %d rows of %d bytes) offered at %s, %d connections of at most %d in flight, from the second phase on.\n",
+		e.widePartitions, e.wideRows, e.rowBytes, orDash(e.batchRate > 0, "%.0f/s", e.batchRate), e.conns, e.batchConcurrency)
+	fmt.Fprintf(w, "Phases of %v, the first %v of each left out; p50 and p99 are means of the seconds' percentiles; shed requests are answered with Config_error (refused).\n", e.phase, settle)
+	fmt.Fprintf(w, "Tiers in use: 0, 5 and the default class's %d, which has no traffic but counts in the tiers shed.\n\n", config.DefaultTier)
+	fmt.Fprintf(w, "| half | phase | interactive answered/s | interactive p50 | interactive p99 (median second) | interactive refused/s | batch answered/s | batch refused/s | batch failed/s | shed/s tier 0 | shed/s tier 5 | latency ratio mean (min) | pressure tiers max |\n")
+	fmt.Fprintf(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, p := range r.phases {
+		in, b := p.class[interactive], p.class[batch]
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s (%s) | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n",
+			p.half, p.name, in.answered, load.FormatLatency(in.p50), load.FormatLatency(in.p99), load.FormatLatency(in.p99Median), in.refused,
+			b.answered, b.refused, b.failed, orDash(p.metrics, "%.0f", in.shed), orDash(p.metrics, "%.0f", b.shed),
+			ratioText(p.ratio, p.minRatio), orDash(true, "%.2f", p.maxPressure))
+	}
+	// Only tier 0 runs alone, and it is never shed: the tiers shed while
+	// alone say what a healthy node would have cost a batch class there.
+	fmt.Fprintf(w, "\n| half | interactive p99 with batch / alone (target ≤ 1.5) | interactive goodput with batch / alone (target ≥ 90%%) | requests shed while alone (target 0) | most tiers shed while alone |\n| --- | ---: | ---: | ---: | ---: |\n")
+	for _, half := range shedHalves {
+		c := r.checks(half)
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s |\n", half, orDash(true, "%.2f", c.p99Ratio), orDash(true, "%.1f%%", 100*c.goodput), c.shedAlone,
+			orDash(true, "%.2f", r.phase(half, phaseAlone).maxPressure))
+	}
+	on := r.checks(halfOn)
+	fmt.Fprintf(w, "\nWith shedding: p99 %s (%s), goodput %s (%s), shed while alone %s.\n",
+		orDash(true, "%.2f×", on.p99Ratio), verdict(on.p99Ratio <= 1.5), orDash(true, "%.1f%%", 100*on.goodput), verdict(on.goodput >= 0.9),
+		verdict(on.shedAlone == 0))
+	fmt.Fprintf(w, "Plot: %s\n", e.out)
+}
+
+func ratioText(mean, least float64) string {
+	if math.IsNaN(mean) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f (%.2f)", mean, least)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
+
+// logFloor is the bottom of the plot's log scales.
+const logFloor = 0.1
+
+// plot draws, per second of each half side by side in time, the
+// interactive class's p99, the requests each class had answered and the
+// batch class had shed, and the latency ratio and tiers shed, one above
+// the other, into e.out as a PNG.
+func (e *sheddingExp) plot(seconds []shedSecond) error {
+	if len(seconds) == 0 {
+		return errors.New("shedding: no seconds to plot")
+	}
+	// x runs on over both halves: the second half starts where the first
+	// ended.
+	halfLen := 2 * e.phase.Seconds()
+	x := func(s shedSecond) float64 {
+		if s.Half == halfOn {
+			return halfLen + s.T.Seconds()
+		}
+		return s.T.Seconds()
+	}
+	var p99, inAns, bAns, bShed, ratio, pressure [2]plotter.XYs
+	for _, s := range seconds {
+		h := 0
+		if s.Half == halfOn {
+			h = 1
+		}
+		t := x(s)
+		// The log scales start at logFloor: a line drops to it for none.
+		if s.Class[interactive].Answered > 0 {
+			p99[h] = append(p99[h], plotter.XY{X: t, Y: max(logFloor, float64(s.Class[interactive].P99)/float64(time.Millisecond))})
+		}
+		inAns[h] = append(inAns[h], plotter.XY{X: t, Y: max(logFloor, s.Class[interactive].Answered)})
+		if s.Phase == phaseBatchJoin {
+			bAns[h] = append(bAns[h], plotter.XY{X: t, Y: max(logFloor, s.Class[batch].Answered)})
+			if h == 1 {
+				bShed[h] = append(bShed[h], plotter.XY{X: t, Y: max(logFloor, s.Class[batch].Shed)})
+			}
+		}
+		if !math.IsNaN(s.Ratio) {
+			ratio[h] = append(ratio[h], plotter.XY{X: t, Y: s.Ratio})
+			pressure[h] = append(pressure[h], plotter.XY{X: t, Y: s.Pressure})
+		}
+	}
+	type series struct {
+		name  string
+		lines [2]plotter.XYs
+		color color.Color
+	}
+	blue, red, gray := color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.Gray{Y: 0x40}
+	panel := func(title, ylabel string, log bool, ss []series) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, "seconds", ylabel
+		p.Add(plotter.NewGrid())
+		top := 1.0
+		for _, s := range ss {
+			for h, xy := range s.lines {
+				if len(xy) == 0 {
+					continue
+				}
+				line, err := plotter.NewLine(xy)
+				if err != nil {
+					return nil, fmt.Errorf("shedding: %s: %w", s.name, err)
+				}
+				line.Color, line.Width = s.color, vg.Points(1.5)
+				p.Add(line)
+				if h == 0 || len(s.lines[0]) == 0 {
+					p.Legend.Add(s.name, line)
+				}
+				for _, v := range xy {
+					top = max(top, v.Y)
+				}
+			}
+		}
+		p.Y.Min, p.Y.Max = 0, top*1.4
+		label := p.Y.Max * 0.93
+		if log {
+			p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+			p.Y.Min, p.Y.Max = logFloor, top*30
+			label = p.Y.Max / 1.6
+		}
+		for h, half := range shedHalves {
+			for j, name := range shedPhases {
+				at := float64(h)*halfLen + float64(j)*e.phase.Seconds()
+				mark, err := plotter.NewLine(plotter.XYs{{X: at, Y: p.Y.Min}, {X: at, Y: p.Y.Max}})
+				if err != nil {
+					return nil, err
+				}
+				mark.Color, mark.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(2), vg.Points(2)}
+				labels, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: at, Y: label}}, Labels: []string{" " + half + ": " + name}})
+				if err != nil {
+					return nil, err
+				}
+				p.Add(mark, labels)
+			}
+		}
+		p.X.Min, p.X.Max = 0, 2*halfLen
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), -vg.Points(22)
+		return p, nil
+	}
+	lat, err := panel("The interactive class's p99 of answered reads, each second", "ms", true, []series{{"interactive p99", p99, blue}})
+	if err != nil {
+		return err
+	}
+	req, err := panel("Requests a second: the interactive class answered, the batch class answered and shed", "requests/s", true, []series{
+		{"interactive answered", inAns, blue}, {"batch answered", bAns, red}, {"batch shed (tier 5)", bShed, gray},
+	})
+	if err != nil {
+		return err
+	}
+	sig, err := panel("cqlguard's signals with shedding: the node's latency ratio and the tiers shed", "ratio, tiers", false, []series{
+		{"cqlguard_shed_latency_ratio", ratio, blue}, {"cqlguard_shed_pressure_tiers", pressure, red},
+	})
+	if err != nil {
+		return err
+	}
+	panels := [][]*plot.Plot{{lat}, {req}, {sig}}
+	img := vgimg.New(12*vg.Inch, vg.Length(len(panels))*4*vg.Inch)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4),
+		PadLeft: vg.Points(4), PadRight: vg.Points(10), PadY: vg.Points(12)}
+	canvases := plot.Align(panels, tiles, draw.New(img))
+	for j := range panels {
+		panels[j][0].Draw(canvases[j][0])
+	}
+	if err := os.MkdirAll(filepath.Dir(e.out), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(e.out)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", e.out, err)
+	}
+	return f.Close()
+}
