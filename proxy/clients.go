@@ -7,6 +7,7 @@ package proxy
 // refuses the class's requests while it is in debt.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -231,26 +232,17 @@ func (s *session) learnUser(body []byte) {
 		return
 	}
 	token = token[:n]
-	first := indexByte(token, 0)
+	first := bytes.IndexByte(token, 0)
 	if first < 0 {
 		return
 	}
 	rest := token[first+1:]
-	second := indexByte(rest, 0)
+	second := bytes.IndexByte(rest, 0)
 	if second < 0 {
 		return
 	}
 	s.identity.user = string(rest[:second])
 	s.identityChanged = true
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // addrOf returns the IP of a connection's remote address.

@@ -178,13 +178,20 @@ request_units: {fixed: 4, per_row: 0, per_kib: 0, per_ms: 0}
 	if hot := p.Hot(); len(hot) != 1 || hot[0].Class != "default" {
 		t.Errorf("/hot: %+v, want the partition with class default", hot)
 	}
+	// A reload that keeps the class keeps its budget, debt and all.
+	if err := p.Reload(parseConfig(t, text("scanner"))); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := ask(batch, 30); code != frame.ErrCodeConfig {
+		t.Errorf("a reload forgave the class's debt: %#x", code)
+	}
 	// 2 RU of debt, repaid at 10 RU a second.
 	clock.Add(int64(300 * time.Millisecond))
 	if code, msg := ask(batch, 5); code != 0 {
 		t.Fatalf("refused after the debt was repaid: %s", msg)
 	}
-	if got := metricValue(t, p.clientMetrics.refusals.WithLabelValues("batch", "rejected")); got != 1 {
-		t.Errorf("refusals %v, want 1", got)
+	if got := metricValue(t, p.clientMetrics.refusals.WithLabelValues("batch", "rejected")); got != 2 {
+		t.Errorf("refusals %v, want 2", got)
 	}
 	if got := metricValue(t, p.clientMetrics.units.WithLabelValues("batch")); got != 16 {
 		t.Errorf("units %v, want 16", got)

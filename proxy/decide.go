@@ -57,13 +57,9 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		if !limited {
 			continue
 		}
-		if l.units && !s.withinUnits(l, c.Op, &p, label, now) && !rejected {
+		limit, units := l.forOp(p.Table, c.Op)
+		if units > 0 && !s.withinUnits(units, &p, label, now) && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
-		}
-		reads, writes := l.forTable(p.Table)
-		limit := reads
-		if c.Op == OpWrite {
-			limit = writes
 		}
 		if limit == 0 {
 			continue
@@ -95,18 +91,13 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	return refused, !l.dryRun
 }
 
-// withinUnits reports whether partition p is out of debt on its budget in
-// request units for op, if it has one, and notes it to be charged once the
+// withinUnits reports whether partition p is out of debt on its budget of
+// budget request units a second, and notes it to be charged once the
 // request is answered: the first maxCharges partitions of a request are,
 // each its share of the price.
-func (s *session) withinUnits(l *limits, op Op, p *Partition, label ratelimit.Label, now int64) bool {
-	reads, writes := l.unitsFor(p.Table)
-	budget := reads
-	if op == OpWrite {
-		budget = writes
-	}
+func (s *session) withinUnits(budget uint32, p *Partition, label ratelimit.Label, now int64) bool {
 	units := s.p.units.Load()
-	if budget == 0 || units == nil {
+	if units == nil {
 		return true
 	}
 	if s.nCharges < maxCharges {

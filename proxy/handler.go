@@ -148,7 +148,9 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 			s.p.observe(class)
 		}
 		r, reject := s.decide(class, s.p.epochUnix+now)
-		req.charges, req.nCharges = s.charges, s.nCharges
+		if s.nCharges > 0 {
+			req.charges, req.nCharges = s.charges, s.nCharges
+		}
 		if req.flight != nil {
 			if reject {
 				s.leading.refused.Inc()

@@ -94,19 +94,27 @@ func newLimits(cfg config.LimitsConfig) (*limits, error) {
 	return l, nil
 }
 
-// unitsFor returns the budgets in request units per second of one
-// partition of t for reads and for writes, 0 meaning none, resolved as
-// forTable resolves limits (tables have no such option). It does not
-// allocate.
-func (l *limits) unitsFor(t *schema.Table) (reads, writes uint32) {
-	var ks keyspaceLimits
-	var tl opLimits
-	if l.keyspaces != nil {
-		ks = l.keyspaces[t.Keyspace]
-		tl = ks.tables[t.Name]
+// forOp returns, with one lookup of t's levels, the per-second limit of
+// one partition of t for op (as forTable resolves it) and its budget in
+// request units per second, 0 meaning none (tables have no option for
+// it). It does not allocate.
+func (l *limits) forOp(t *schema.Table, op Op) (limit, units uint32) {
+	ks, tl := l.levels(t)
+	if op == OpWrite {
+		return resolve(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes),
+			resolve(tl.writeUnits, 0, ks.def.writeUnits, l.global.writeUnits)
 	}
-	return resolve(tl.readUnits, 0, ks.def.readUnits, l.global.readUnits),
-		resolve(tl.writeUnits, 0, ks.def.writeUnits, l.global.writeUnits)
+	return resolve(tl.reads, t.RateLimit.MaxReadsPerSecond, ks.def.reads, l.global.reads),
+		resolve(tl.readUnits, 0, ks.def.readUnits, l.global.readUnits)
+}
+
+// levels returns the keyspace's and the table's levels of t.
+func (l *limits) levels(t *schema.Table) (keyspaceLimits, opLimits) {
+	if l.keyspaces == nil {
+		return keyspaceLimits{}, opLimits{}
+	}
+	ks := l.keyspaces[t.Keyspace]
+	return ks, ks.tables[t.Name]
 }
 
 // forTable returns the per-second limits of one partition of t for reads
@@ -118,12 +126,7 @@ func (l *limits) forTable(t *schema.Table) (reads, writes uint32) {
 	if t == nil {
 		return l.global.reads.perSecond, l.global.writes.perSecond
 	}
-	var ks keyspaceLimits
-	var tl opLimits
-	if l.keyspaces != nil {
-		ks = l.keyspaces[t.Keyspace]
-		tl = ks.tables[t.Name]
-	}
+	ks, tl := l.levels(t)
 	return resolve(tl.reads, t.RateLimit.MaxReadsPerSecond, ks.def.reads, l.global.reads),
 		resolve(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes)
 }

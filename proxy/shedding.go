@@ -32,6 +32,9 @@ type shedding struct {
 	fraction        *prometheus.GaugeVec
 	standing        prometheus.Gauge
 	shedTotal       *prometheus.CounterVec
+	// shedByTier and dryByTier are shedTotal's series by tier, resolved
+	// once: a node under pressure may shed most requests.
+	shedByTier, dryByTier [shed.MaxTier + 1]prometheus.Counter
 }
 
 // nodeSignals are one upstream node's latency and controller.
@@ -71,6 +74,10 @@ func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg pr
 			Name: "cqlguard_shed_requests_total",
 			Help: "Requests shed, by tier and outcome: shed (answered with shedding.error), or dry_run (let through).",
 		}, []string{"tier", "outcome"}),
+	}
+	for tier := range sh.shedByTier {
+		sh.shedByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "shed")
+		sh.dryByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "dry_run")
 	}
 	sh.tiers = tiersOf(clients)
 	if _, err := shed.NewController(cfg.Controller(sh.tiers)); err != nil {
@@ -148,12 +155,12 @@ func (s *session) shedRequest(h frame.Header, dryRun bool) (action, bool) {
 	if !n.ctl.Shed(tier, s.draw()) {
 		return action{}, false
 	}
-	label := strconv.Itoa(min(max(tier, 0), shed.MaxTier))
+	t := min(max(tier, 0), shed.MaxTier)
 	if dryRun || sh.cfg.DryRun {
-		sh.shedTotal.WithLabelValues(label, "dry_run").Inc()
+		sh.dryByTier[t].Inc()
 		return action{}, false
 	}
-	sh.shedTotal.WithLabelValues(label, "shed").Inc()
+	sh.shedByTier[t].Inc()
 	code := frame.ErrCodeOverloaded
 	if sh.cfg.Error == config.ShedConfigError {
 		code = frame.ErrCodeConfig
