@@ -42,37 +42,26 @@ import (
 // node counted and the node's work each class took (its requests times
 // what one cost alone), and plots them per second.
 type classesExp struct {
-	cqlguard, upstream, user, password string
-	keys                               uint64
+	nodeRun
 	widePartitions, wideRows, rowBytes int
-	conns                              int
 	lightRate, heavyRate               float64
 	lightConcurrency, heavyConcurrency int
 	aloneConcurrency                   int
 	requestBudget, unitBudget          float64
 	units                              priceFlags
-	phase, warmup, preload             time.Duration
-	upstreamPID                        int
-	out, jsonPath, dir                 string
-	stdout, stderr                     io.Writer
 }
 
 // priceFlags are the request_units of the RU phases.
 type priceFlags struct{ fixed, perRow, perKiB, perMs float64 }
 
 func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := &classesExp{stdout: stdout, stderr: stderr}
+	c := &classesExp{nodeRun: nodeRun{stdout: stdout, stderr: stderr}}
 	fs := flag.NewFlagSet("classes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.cqlguard, "cqlguard", "bin/cqlguard", "the cqlguard binary")
-	fs.StringVar(&c.upstream, "upstream", "127.0.0.2:9042", "the Cassandra or ScyllaDB node")
-	fs.StringVar(&c.user, "user", "cassandra", "PasswordAuthenticator user of the loaders and of the node's counts")
-	fs.StringVar(&c.password, "password", "cassandra", "the password of -user")
-	fs.Uint64Var(&c.keys, "keys", 10000, "partitions of bench.kv the light class reads, a row each, written first")
+	c.flags(fs, "the light class", "classes.png", 15*time.Second)
 	fs.IntVar(&c.widePartitions, "wide-partitions", 16, "partitions of bench.wide the heavy class reads whole, written first")
 	fs.IntVar(&c.wideRows, "wide-rows", 256, "rows of each partition of bench.wide")
 	fs.IntVar(&c.rowBytes, "row-bytes", 1024, "size of each row's value in bench.wide")
-	fs.IntVar(&c.conns, "conns", 2, "connections of each loader")
 	fs.Float64Var(&c.lightRate, "light-rate", 20000, "reads a second the light class offers through cqlguard, kept when refused")
 	fs.Float64Var(&c.heavyRate, "heavy-rate", 2000, "reads a second the heavy class offers through cqlguard, kept when refused")
 	fs.IntVar(&c.lightConcurrency, "light-concurrency", 32, "requests in flight per connection of the light class through cqlguard, at most")
@@ -92,12 +81,6 @@ func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Float64Var(&c.units.perRow, "per-row", 0.06, "request_units.per_row of the RU phase")
 	fs.Float64Var(&c.units.perKiB, "per-kib", 0.06, "request_units.per_kib of the RU phase")
 	fs.Float64Var(&c.units.perMs, "per-ms", 0, "request_units.per_ms of the RU phase")
-	fs.DurationVar(&c.phase, "phase", 30*time.Second, "length of each phase")
-	fs.DurationVar(&c.warmup, "warmup", 15*time.Second, "both classes' load before the phases, left out of the figures")
-	fs.DurationVar(&c.preload, "preload", 5*time.Second, "time spent writing bench.kv's rows first")
-	fs.IntVar(&c.upstreamPID, "upstream-pid", 0, "the node's process id, when it runs on this machine: it is pinned to the last CPU and everything else here to the others, and its CPU time is measured (0: no pinning, no figures of the node's work)")
-	fs.StringVar(&c.out, "out", "classes.png", "the plot to write")
-	fs.StringVar(&c.jsonPath, "json", "", "also write each second's figures to this file, one JSON object a line")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,13 +90,7 @@ func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if c.widePartitions < 1 || c.wideRows < 1 || c.rowBytes < 0 {
 		return errors.New("classes: -wide-partitions and -wide-rows must be positive, -row-bytes not negative")
 	}
-	dir, err := os.MkdirTemp("", "cqlguard-classes-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	c.dir = dir
-	return c.run(ctx)
+	return c.inTempDir("classes", func() error { return c.run(ctx) })
 }
 
 // The classes, by index in the figures.

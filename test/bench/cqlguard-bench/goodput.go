@@ -37,31 +37,20 @@ import (
 // the hot partition's reads reached the node, counted by cqlguard and by
 // the node itself.
 type goodput struct {
-	cqlguard, upstream     string
-	user, password         string
-	keys                   uint64
-	conns, concurrency     int
-	hotFactor, hotBytes    int
-	hotRate                float64
-	hotOp                  string
-	limit                  int
-	cacheTTL               time.Duration
-	phase, warmup, preload time.Duration
-	upstreamPID            int
-	out, jsonPath, dir     string
-	stdout, stderr         io.Writer
+	nodeRun
+	concurrency         int
+	hotFactor, hotBytes int
+	hotRate             float64
+	hotOp               string
+	limit               int
+	cacheTTL            time.Duration
 }
 
 func runGoodput(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	g := &goodput{stdout: stdout, stderr: stderr}
+	g := &goodput{nodeRun: nodeRun{stdout: stdout, stderr: stderr}}
 	fs := flag.NewFlagSet("goodput", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&g.cqlguard, "cqlguard", "bin/cqlguard", "the cqlguard binary")
-	fs.StringVar(&g.upstream, "upstream", "127.0.0.2:9042", "the Cassandra or ScyllaDB node")
-	fs.StringVar(&g.user, "user", "cassandra", "PasswordAuthenticator user, for the loaders and cqlguard's schema reads")
-	fs.StringVar(&g.password, "password", "cassandra", "the password of -user")
-	fs.Uint64Var(&g.keys, "keys", 10000, "partitions of bench.kv the uniform workload reads, written first")
-	fs.IntVar(&g.conns, "conns", 2, "connections of each loader")
+	g.flags(fs, "the uniform workload", "docs/goodput.png", 15*time.Second)
 	fs.IntVar(&g.concurrency, "concurrency", 8, "requests in flight per connection of the uniform loader")
 	fs.IntVar(&g.hotFactor, "hot-factor", 8, "the hot loader's concurrency, as a multiple of the uniform loader's")
 	fs.IntVar(&g.hotBytes, "hot-bytes", 16384, "size of the hot partition's row")
@@ -69,25 +58,13 @@ func runGoodput(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Float64Var(&g.hotRate, "hot-rate", 15000, "the hot loader's offered rate in requests per second, kept when it is refused (0: as fast as its concurrency allows, which turns refusals into a busy loop on the load generator's machine)")
 	fs.IntVar(&g.limit, "limit", 200, "the per-partition limit of bench.kv for the hot loader's operation from the third phase on")
 	fs.DurationVar(&g.cacheTTL, "cache-ttl", 100*time.Millisecond, "hot_reads' cache_ttl for bench.kv in the last phase (0: coalescing alone)")
-	fs.DurationVar(&g.phase, "phase", 30*time.Second, "length of each phase")
-	fs.DurationVar(&g.warmup, "warmup", 15*time.Second, "start of the first phase left out of its figures")
-	fs.DurationVar(&g.preload, "preload", 5*time.Second, "time spent writing the uniform workload's rows first")
-	fs.IntVar(&g.upstreamPID, "upstream-pid", 0, "the node's process id, when it runs on this machine: it is pinned to the last CPU and everything else here to the others, as a cluster runs on machines of its own (0: no pinning)")
-	fs.StringVar(&g.out, "out", "docs/goodput.png", "the plot to write")
-	fs.StringVar(&g.jsonPath, "json", "", "also write each second's figures to this file, one JSON object a line")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if g.hotOp != string(load.Read) && g.hotOp != string(load.Write) {
 		return fmt.Errorf("goodput: -hot-op %q: want read or write", g.hotOp)
 	}
-	dir, err := os.MkdirTemp("", "cqlguard-goodput-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	g.dir = dir
-	return g.run(ctx)
+	return g.inTempDir("goodput", func() error { return g.run(ctx) })
 }
 
 // settle is how long a phase's change takes hold: the first seconds of

@@ -17,8 +17,7 @@ import (
 // after each change settled, its configurations load, and its plot is a
 // PNG.
 func TestGoodputSummary(t *testing.T) {
-	g := &goodput{warmup: 2 * time.Second, phase: 5 * time.Second, limit: 100, hotOp: "read",
-		upstream: "127.0.0.2:9042", user: "cassandra", out: filepath.Join(t.TempDir(), "goodput.png")}
+	g := &goodput{limit: 100, hotOp: "read", nodeRun: nodeRun{warmup: 2 * time.Second, phase: 5 * time.Second, upstream: "127.0.0.2:9042", user: "cassandra", out: filepath.Join(t.TempDir(), "goodput.png")}}
 	var seconds []load.Second
 	for i := 1; i <= 22; i++ {
 		t := time.Duration(i) * time.Second

@@ -36,33 +36,22 @@ import (
 // goodput and latencies, what the batch class had answered and shed, and
 // cqlguard's shedding signals, and plots them per second.
 type sheddingExp struct {
-	cqlguard, upstream, user, password string
-	keys                               uint64
+	nodeRun
 	widePartitions, wideRows, rowBytes int
-	conns                              int
 	interactiveRate, batchRate         float64
 	interactiveConcurrency             int
 	batchConcurrency                   int
 	shortWindow, longWindow            time.Duration
-	phase, warmup, preload             time.Duration
-	upstreamPID                        int
-	out, jsonPath, dir                 string
-	stdout, stderr                     io.Writer
 }
 
 func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	e := &sheddingExp{stdout: stdout, stderr: stderr}
+	e := &sheddingExp{nodeRun: nodeRun{stdout: stdout, stderr: stderr}}
 	fs := flag.NewFlagSet("shedding", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&e.cqlguard, "cqlguard", "bin/cqlguard", "the cqlguard binary")
-	fs.StringVar(&e.upstream, "upstream", "127.0.0.2:9042", "the Cassandra or ScyllaDB node")
-	fs.StringVar(&e.user, "user", "cassandra", "PasswordAuthenticator user of the loaders and of the tables' writes")
-	fs.StringVar(&e.password, "password", "cassandra", "the password of -user")
-	fs.Uint64Var(&e.keys, "keys", 10000, "partitions of bench.kv the interactive class reads, a row each, written first")
+	e.flags(fs, "the interactive class", "shedding.png", 10*time.Second)
 	fs.IntVar(&e.widePartitions, "wide-partitions", 16, "partitions of bench.wide the batch class reads whole, written first")
 	fs.IntVar(&e.wideRows, "wide-rows", 256, "rows of each partition of bench.wide")
 	fs.IntVar(&e.rowBytes, "row-bytes", 1024, "size of each row's value in bench.wide")
-	fs.IntVar(&e.conns, "conns", 2, "connections of each loader")
 	fs.Float64Var(&e.interactiveRate, "interactive-rate", 5000, "reads a second the interactive class offers, well under what the node answers alone")
 	fs.IntVar(&e.interactiveConcurrency, "interactive-concurrency", 64, "requests in flight per connection of the interactive class, at most")
 	// The node answered about 2,100 whole-partition reads a second at
@@ -73,25 +62,13 @@ func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&e.batchConcurrency, "batch-concurrency", 64, "requests in flight per connection of the batch class, at most")
 	fs.DurationVar(&e.shortWindow, "short-window", 0, "shedding.short_window (0: the default)")
 	fs.DurationVar(&e.longWindow, "long-window", 0, "shedding.long_window (0: the default); the phase alone should fill it")
-	fs.DurationVar(&e.phase, "phase", 30*time.Second, "length of each phase")
-	fs.DurationVar(&e.warmup, "warmup", 10*time.Second, "the interactive class's load before each half's phases, left out of the figures")
-	fs.DurationVar(&e.preload, "preload", 5*time.Second, "time spent writing bench.kv's rows first")
-	fs.IntVar(&e.upstreamPID, "upstream-pid", 0, "the node's process id, when it runs on this machine: it is pinned to the last CPU and everything else here to the others (0: no pinning)")
-	fs.StringVar(&e.out, "out", "shedding.png", "the plot to write")
-	fs.StringVar(&e.jsonPath, "json", "", "also write each second's figures to this file, one JSON object a line")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if e.interactiveRate <= 0 || e.phase < 2*settle {
 		return errors.New("shedding: -interactive-rate must be positive and -phase at least 6s")
 	}
-	dir, err := os.MkdirTemp("", "cqlguard-shedding-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	e.dir = dir
-	return e.run(ctx)
+	return e.inTempDir("shedding", func() error { return e.run(ctx) })
 }
 
 // The classes, by index in the figures.
@@ -168,8 +145,7 @@ func (e *sheddingExp) run(ctx context.Context) error {
 		defer restore()
 	}
 	// The tables are those of the client classes experiment.
-	tables := &classesExp{upstream: e.upstream, user: e.user, password: e.password, keys: e.keys,
-		widePartitions: e.widePartitions, wideRows: e.wideRows, rowBytes: e.rowBytes, preload: e.preload, stderr: e.stderr}
+	tables := &classesExp{widePartitions: e.widePartitions, wideRows: e.wideRows, rowBytes: e.rowBytes, nodeRun: nodeRun{upstream: e.upstream, user: e.user, password: e.password, keys: e.keys, preload: e.preload, stderr: e.stderr}}
 	node, err := tables.connect()
 	if err != nil {
 		return err
