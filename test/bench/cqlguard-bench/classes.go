@@ -11,7 +11,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,8 +20,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/cqlguard/cqlguard/test/bench/load"
 )
@@ -819,24 +816,5 @@ func (c *classesExp) plot(seconds []classSecond, res classesResult) error {
 		}
 		panels = append(panels, []*plot.Plot{cp})
 	}
-	img := vgimg.New(12*vg.Inch, vg.Length(len(panels))*4*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4),
-		PadLeft: vg.Points(4), PadRight: vg.Points(10), PadY: vg.Points(12)}
-	canvases := plot.Align(panels, tiles, dc)
-	for j := range panels {
-		panels[j][0].Draw(canvases[j][0])
-	}
-	if err := os.MkdirAll(filepath.Dir(c.out), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(c.out)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", c.out, err)
-	}
-	return f.Close()
+	return savePanels(c.out, panels)
 }

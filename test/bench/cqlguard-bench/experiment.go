@@ -2,9 +2,16 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // nodeRun is what the experiments against a real node (goodput, classes,
@@ -49,4 +56,28 @@ func (r *nodeRun) inTempDir(name string, run func() error) error {
 	defer os.RemoveAll(dir)
 	r.dir = dir
 	return run()
+}
+
+// savePanels draws panels one above the other, aligned, into a PNG at
+// path.
+func savePanels(path string, panels [][]*plot.Plot) error {
+	img := vgimg.New(12*vg.Inch, vg.Length(len(panels))*4*vg.Inch)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4),
+		PadLeft: vg.Points(4), PadRight: vg.Points(10), PadY: vg.Points(12)}
+	canvases := plot.Align(panels, tiles, draw.New(img))
+	for j := range panels {
+		panels[j][0].Draw(canvases[j][0])
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
 }

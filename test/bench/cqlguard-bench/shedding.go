@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,8 +18,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/test/bench/load"
@@ -624,23 +621,5 @@ func (e *sheddingExp) plot(seconds []shedSecond) error {
 		return err
 	}
 	panels := [][]*plot.Plot{{lat}, {req}, {sig}}
-	img := vgimg.New(12*vg.Inch, vg.Length(len(panels))*4*vg.Inch)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4),
-		PadLeft: vg.Points(4), PadRight: vg.Points(10), PadY: vg.Points(12)}
-	canvases := plot.Align(panels, tiles, draw.New(img))
-	for j := range panels {
-		panels[j][0].Draw(canvases[j][0])
-	}
-	if err := os.MkdirAll(filepath.Dir(e.out), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(e.out)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", e.out, err)
-	}
-	return f.Close()
+	return savePanels(e.out, panels)
 }
