@@ -344,3 +344,28 @@ func TestHotReadsLeaderStopsReading(t *testing.T) {
 	}
 	t.Logf("answered in %v behind a client that does not read", time.Since(start).Round(time.Millisecond))
 }
+
+// A write whose connection ends before its answer may have been applied:
+// it invalidates what is cached, as an answered write would.
+func TestHotReadsWriteWithoutAnswer(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", ResetQuery: "0xdead"})
+	p := hotProxy(t, node, config.HotReadsTable{CacheTTL: config.Duration(10 * time.Second)}, nil)
+	reader := dialRaw(t, p.cfg.Listen, 4)
+	reader.startup(nil)
+	reader.read(1, "SELECT * FROM ks.kv WHERE k = 1")
+	reader.read(2, "SELECT * FROM ks.kv WHERE k = 1")
+	if got := p.hotServed(t, "cached"); got != 1 {
+		t.Fatalf("cached %v, want 1", got)
+	}
+	writer := dialRaw(t, p.cfg.Listen, 4)
+	writer.startup(nil)
+	writer.send(1, &message.Query{Query: "INSERT INTO ks.kv (k, v) VALUES (1, 0xdead)", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	if fr := writer.recv(); fr.Header.OpCode != primitive.OpCodeError {
+		t.Fatalf("the write whose connection was lost answered %v", fr.Body.Message)
+	}
+	reader.read(3, "SELECT * FROM ks.kv WHERE k = 1")
+	if got := p.hotServed(t, "cached"); got != 1 {
+		t.Errorf("a read after a write that may have been applied was served from the cache")
+	}
+}
