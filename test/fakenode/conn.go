@@ -316,6 +316,7 @@ func (c *conn) query(body []byte, h frame.Header) error {
 		return errReset
 	}
 	if c.n.slow != nil && bytes.Contains(q, c.n.slow) {
+		c.n.slowRequests.Add(1)
 		if err := c.flush(); err != nil {
 			return err
 		}

@@ -104,6 +104,7 @@ type Node struct {
 	rows                                                        [2]*answer // by skip_metadata
 	prepared                                                    atomic.Pointer[map[string]*statement]
 	requests                                                    atomic.Uint64
+	slowRequests                                                atomic.Uint64
 
 	mu       sync.Mutex // guards what follows and writers of prepared
 	cold     map[string]*answer
@@ -179,6 +180,11 @@ func (n *Node) Addr() string { return n.ln.Addr().String() }
 
 // Requests is how many requests the node has answered.
 func (n *Node) Requests() uint64 { return n.requests.Load() }
+
+// SlowRequests is how many queries containing Options.SlowQuery the
+// node has received. Unlike Requests, it counts a query when it arrives,
+// so a test can count them without racing the handshakes' answers.
+func (n *Node) SlowRequests() uint64 { return n.slowRequests.Load() }
 
 // Startups returns every STARTUP the node received, in order.
 func (n *Node) Startups() []Startup {
