@@ -99,18 +99,15 @@ func (s *session) serveRequests() error {
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
 		// more is read from this client until some request is answered.
-		// How long that took is the shedding queue's signal; the clock is
-		// read only when it waited.
+		// The request's upstream latency counts from when it has its slot,
+		// so that the node is not blamed for the proxy's own queue.
+		waited := false
 		if !s.p.inflight.takeNow(1) {
-			start := s.now()
+			waited = true
 			if !s.p.inflight.takeOr(1, &s.stopped, nil, s.pushQuietly) {
 				return net.ErrClosed
 			}
-			if sh := s.p.shedding; sh != nil {
-				sh.queue.Observe(start, s.now()-start)
-			}
-		} else if sh := s.p.shedding; sh != nil {
-			sh.queue.Observe(now, 0)
+			req.start = s.now()
 		}
 		// The stream is recorded before forwarding so that a fast response
 		// finds it.
@@ -125,6 +122,16 @@ func (s *session) serveRequests() error {
 		s.mu.Unlock()
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
+		}
+		// How long the request waited inside the proxy, for its slot and
+		// for room in the upstream's writer, is the shedding queue's
+		// signal; the clock is read only when it waited.
+		if sh := s.p.shedding; sh != nil {
+			if w := s.toUpstream.Waited(); waited || w {
+				sh.queue.Observe(now, s.now()-now)
+			} else {
+				sh.queue.Observe(now, 0)
+			}
 		}
 		// Write copied the frame: give its share of max_frame_bytes_total
 		// back before waiting on anything.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,14 +20,27 @@ import (
 	"github.com/cqlguard/cqlguard/shed"
 )
 
+// tierIdle is how long a tier counts as in use after its last request:
+// the controllers shed only the tiers in use, so that a class no
+// connection has (say, the default one) does not stand between the
+// pressure and the tiers that carry the load.
+const tierIdle = 10 * time.Second
+
 // shedding holds the signals and controllers; nil when shedding is off.
 type shedding struct {
 	cfg   config.SheddingConfig
 	queue *shed.Queue
-	tiers []int // the tiers in use, for the controllers
+	// classTiers are the tiers of the configuration's classes: their
+	// fractions are shown even while no request has them.
+	classTiers []int
+	// seen has bit t set once tier t sent a request since the last
+	// update: set by the request paths, taken by the update.
+	seen atomic.Uint32
 
-	mu    sync.Mutex
-	nodes map[string]*nodeSignals
+	mu       sync.Mutex
+	tiers    []int                   // the tiers in use, for the controllers
+	lastSeen [shed.MaxTier + 1]int64 // when each tier last sent a request
+	nodes    map[string]*nodeSignals
 
 	ratio, pressure *prometheus.GaugeVec
 	fraction        *prometheus.GaugeVec
@@ -79,7 +93,9 @@ func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg pr
 		sh.shedByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "shed")
 		sh.dryByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "dry_run")
 	}
-	sh.tiers = tiersOf(clients)
+	// Until the traffic says otherwise, every class's tier is in use.
+	sh.classTiers = tiersOf(clients)
+	sh.tiers = sh.classTiers
 	if _, err := shed.NewController(cfg.Controller(sh.tiers)); err != nil {
 		return nil, fmt.Errorf("shedding: %w", err)
 	}
@@ -128,19 +144,48 @@ func (p *Proxy) updateShedding(stop <-chan struct{}) {
 		standing, over := sh.queue.Standing(now)
 		sh.standing.Set(standing.Seconds())
 		sh.mu.Lock()
+		changed := sh.useTiers(now)
 		for _, n := range sh.nodes {
+			if changed {
+				n.ctl.SetTiers(sh.tiers)
+			}
 			ratio, ok := n.latency.Ratio(now)
 			n.ctl.Update(now, ratio, ok, over)
 			if ok {
 				sh.ratio.WithLabelValues(n.addr).Set(ratio)
 			}
 			sh.pressure.WithLabelValues(n.addr).Set(n.ctl.Pressure())
-			for _, tier := range sh.tiers {
-				sh.fraction.WithLabelValues(n.addr, strconv.Itoa(tier)).Set(n.ctl.Fraction(tier))
+			for tier := range shed.MaxTier + 1 {
+				if slices.Contains(sh.classTiers, tier) || slices.Contains(sh.tiers, tier) {
+					sh.fraction.WithLabelValues(n.addr, strconv.Itoa(tier)).Set(n.ctl.Fraction(tier))
+				}
 			}
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// useTiers moves the tiers in use on to those that sent a request in the
+// last tierIdle, once any did, and reports whether they changed. sh.mu is
+// held.
+func (sh *shedding) useTiers(now int64) bool {
+	seen := sh.seen.Swap(0)
+	for t := range sh.lastSeen {
+		if seen&(1<<t) != 0 {
+			sh.lastSeen[t] = now
+		}
+	}
+	var tiers []int
+	for t, at := range sh.lastSeen {
+		if at != 0 && now-at <= int64(tierIdle) {
+			tiers = append(tiers, t)
+		}
+	}
+	if len(tiers) == 0 || slices.Equal(tiers, sh.tiers) {
+		return false
+	}
+	sh.tiers = tiers
+	return true
 }
 
 // shedRequest reports whether to shed the request h of s's class tier,
@@ -152,10 +197,15 @@ func (s *session) shedRequest(h frame.Header, dryRun bool) (action, bool) {
 	if s.caller != nil {
 		tier = s.caller.tier
 	}
+	t := min(max(tier, 0), shed.MaxTier)
+	// Most requests find their tier's bit set: one load, no write to the
+	// word every connection shares.
+	if bit := uint32(1) << t; sh.seen.Load()&bit == 0 {
+		sh.seen.Or(bit)
+	}
 	if !n.ctl.Shed(tier, s.draw()) {
 		return action{}, false
 	}
-	t := min(max(tier, 0), shed.MaxTier)
 	if dryRun || sh.cfg.DryRun {
 		sh.dryByTier[t].Inc()
 		return action{}, false

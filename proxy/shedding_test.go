@@ -92,13 +92,38 @@ shedding:
 		t.Errorf("healthy node: %d critical requests shed", crit.overloaded.Load())
 	}
 	slow.Store(true)
+	// The highest pressure while the node is slow, read as often as the
+	// controller moves.
+	var highest float64
+	stopWatch, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-tick.C:
+			}
+			highest = max(highest, metricValue(t, p.shedding.pressure.WithLabelValues(node.Addr())))
+		}
+	}()
 	crit, batch = phase(1500 * time.Millisecond)
+	close(stopWatch)
+	<-watched
 	t.Logf("slow node: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), batch.overloaded.Load())
 	if crit.overloaded.Load() != 0 || crit.other.Load()+batch.other.Load() != 0 {
 		t.Errorf("critical requests shed (%d) or other errors (%d, %d)", crit.overloaded.Load(), crit.other.Load(), batch.other.Load())
 	}
 	if batch.overloaded.Load() == 0 {
 		t.Errorf("no batch request shed while the node was slow")
+	}
+	// Only tiers 0 and 5 carry requests: the default class's tier 1 is not
+	// one more tier for the pressure to climb through before tier 5 is
+	// shed entirely.
+	if highest > 1 {
+		t.Errorf("pressure reached %v tiers with one sheddable tier in use", highest)
 	}
 	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("5", "shed")); got != float64(shedHealthy+batch.overloaded.Load()) {
 		t.Errorf("shed counted %v, the batch clients saw %d", got, shedHealthy+batch.overloaded.Load())

@@ -49,6 +49,9 @@ type writer struct {
 	spare []byte // the buffer the flush loop writes from, swapped with pending
 	wire  []byte // segments built from spare in v5 mode
 	run   func() // w.loop, made once so that starting it allocates nothing
+
+	waited atomic.Bool // a Write waited for room; see Waited
+	wkick  func()      // w.waitKick, made once
 }
 
 func newWriter(conn net.Conn, maxPending int) *writer {
@@ -61,13 +64,14 @@ func newBudgetWriter(conn net.Conn, maxPending int, budget *bound) *writer {
 	w := &writer{conn: conn, max: maxPending, budget: budget}
 	w.room.L = &w.mu
 	w.run = w.loop
+	w.wkick = w.waitKick
 	return w
 }
 
 // Write queues one or more whole frames; Push, Flush or Close writes
 // them. It copies f, so the caller may reuse it as soon as Write returns.
 func (w *writer) Write(f []byte) error {
-	if w.budget != nil && !w.budget.takeOr(int64(len(f)), &w.stopped, &w.held, w.kick) {
+	if w.budget != nil && !w.budget.takeOr(int64(len(f)), &w.stopped, &w.held, w.wkick) {
 		w.mu.Lock()
 		err := w.err
 		w.mu.Unlock()
@@ -79,6 +83,7 @@ func (w *writer) Write(f []byte) error {
 	w.held.Add(int64(len(f)))
 	w.mu.Lock()
 	for len(w.pending) > 0 && len(w.pending)+len(f) > w.max && !w.closed {
+		w.waited.Store(true)
 		w.kickLocked()
 		w.room.Wait()
 	}
@@ -91,6 +96,23 @@ func (w *writer) Write(f []byte) error {
 	}
 	w.mu.Unlock()
 	return nil
+}
+
+// Waited reports whether a Write waited for room since the last call.
+func (w *writer) Waited() bool {
+	// A load, and a store only after a wait: the writer's other users
+	// keep the line in their caches.
+	if !w.waited.Load() {
+		return false
+	}
+	w.waited.Store(false)
+	return true
+}
+
+// waitKick is kick for a Write about to wait for the budget.
+func (w *writer) waitKick() {
+	w.waited.Store(true)
+	w.kick()
 }
 
 // refuseLocked gives back the n bytes of a frame a closed writer will not

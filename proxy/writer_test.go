@@ -222,3 +222,40 @@ func BenchmarkWriterRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// Waited tells the shedding queue that a Write waited for room, once.
+func TestWriterWaited(t *testing.T) {
+	t.Parallel()
+	client, peer := net.Pipe()
+	defer client.Close()
+	defer peer.Close()
+	f := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpQuery, Length: 100})
+	f = append(f, make([]byte, 100)...)
+	w := newWriter(client, len(f))
+	defer w.Close()
+	if err := w.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	if w.Waited() {
+		t.Fatal("Waited after a Write with room")
+	}
+	// The second frame has no room until the peer reads the first.
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(peer, make([]byte, 2*len(f)))
+		read <- err
+	}()
+	if err := w.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	if !w.Waited() {
+		t.Fatal("not Waited after a Write that waited for room")
+	}
+	if w.Waited() {
+		t.Fatal("Waited twice for one wait")
+	}
+	w.Flush()
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+}

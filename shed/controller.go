@@ -110,11 +110,12 @@ func (c ControllerConfig) Validate() error {
 // Update is meant for one goroutine on a ticker; Fraction and Shed for any
 // number of request paths, without a lock.
 type Controller struct {
-	cfg  ControllerConfig
-	rank [MaxTier + 1]int // how many tiers in use are less important
-	top  float64          // how many tiers can be shed: pressure's ceiling
+	cfg ControllerConfig
 
 	mu       sync.Mutex
+	used     [MaxTier + 1]bool // the tiers in use; never tier 0
+	rank     [MaxTier + 1]int  // how many tiers in use are less important
+	top      float64           // how many tiers can be shed: pressure's ceiling
 	pressure float64
 	last     int64
 	started  bool
@@ -129,27 +130,80 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		return nil, fmt.Errorf("shed: controller: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	var used [MaxTier + 1]bool
+	c := &Controller{cfg: cfg}
 	if len(cfg.Tiers) == 0 {
 		for t := 1; t <= MaxTier; t++ {
-			used[t] = true
+			c.used[t] = true
 		}
 	}
 	for _, t := range cfg.Tiers {
-		used[t] = t > 0
+		c.used[t] = t > 0
 	}
-	c := &Controller{cfg: cfg}
+	c.rankTiers()
+	return c, nil
+}
+
+// rankTiers sets rank and top from used.
+func (c *Controller) rankTiers() {
+	c.top = 0
 	for t := range c.rank {
+		c.rank[t] = 0
 		for u := t + 1; u <= MaxTier; u++ {
-			if used[u] {
+			if c.used[u] {
 				c.rank[t]++
 			}
 		}
-		if used[t] {
+		if c.used[t] {
 			c.top++
 		}
 	}
-	return c, nil
+}
+
+// SetTiers changes the tiers in use to tiers, as ControllerConfig.Tiers
+// says except that empty means none: for a caller that learns from the
+// traffic which tiers carry requests. A tier that leaves takes its share
+// of the pressure with it, so that every tier that stays keeps its
+// fraction; a tier that comes is shed as its rank says at once, the
+// tiers more important than it less. Tiers outside 0 to MaxTier are
+// ignored.
+func (c *Controller) SetTiers(tiers []int) {
+	var used [MaxTier + 1]bool
+	for _, t := range tiers {
+		if t > 0 && t <= MaxTier {
+			used[t] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if used == c.used {
+		return
+	}
+	for t := range used {
+		if c.used[t] && !used[t] {
+			c.pressure -= c.fraction(t)
+		}
+	}
+	c.used = used
+	c.rankTiers()
+	c.pressure = min(max(c.pressure, 0), c.top)
+	c.publish()
+}
+
+// fraction is tier's share of the pressure. c.mu is held.
+func (c *Controller) fraction(tier int) float64 {
+	if tier <= 0 {
+		return 0
+	}
+	return min(max(c.pressure-float64(c.rank[tier]), 0), 1)
+}
+
+// publish stores the pressure and each tier's fraction for the request
+// paths. c.mu is held.
+func (c *Controller) publish() {
+	for t := range c.fractions {
+		c.fractions[t].Store(math.Float64bits(c.fraction(t)))
+	}
+	c.pressureF.Store(math.Float64bits(c.pressure))
 }
 
 // Update moves shedding on to clock reading now, from the signals: the
@@ -177,14 +231,7 @@ func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bo
 		c.pressure -= float64(dt) / float64(c.cfg.Fall)
 	}
 	c.pressure = min(max(c.pressure, 0), c.top)
-	for t := range c.fractions {
-		f := 0.0
-		if t > 0 {
-			f = min(max(c.pressure-float64(c.rank[t]), 0), 1)
-		}
-		c.fractions[t].Store(math.Float64bits(f))
-	}
-	c.pressureF.Store(math.Float64bits(c.pressure))
+	c.publish()
 }
 
 // Pressure returns how many tiers' worth of requests are being shed.

@@ -285,3 +285,47 @@ func TestControllerRecorded(t *testing.T) {
 		t.Errorf("pressure %v at the end", p)
 	}
 }
+
+// TestControllerSetTiers changes the tiers in use under pressure: a tier
+// that leaves takes its share with it, so no tier that stays is shed more;
+// a tier that comes takes the shedding of the more important ones.
+func TestControllerSetTiers(t *testing.T) {
+	t.Parallel()
+	c := newController(t, ControllerConfig{Tiers: []int{0, 1, 5}, Rise: time.Second})
+	base := int64(1e12)
+	at := int64(0)
+	rise := func(d time.Duration) {
+		for end := at + int64(d); at < end; {
+			at += tick
+			c.Update(base+at, 0.1, true, false)
+		}
+	}
+	check := func(step string, pressure float64, want map[int]float64) {
+		t.Helper()
+		if p := c.Pressure(); math.Abs(p-pressure) > 1e-9 {
+			t.Errorf("%s: pressure %v, want %v", step, p, pressure)
+		}
+		for tier, w := range want {
+			if got := c.Fraction(tier); math.Abs(got-w) > 1e-9 {
+				t.Errorf("%s: tier %d shed %v, want %v", step, tier, got, w)
+			}
+		}
+	}
+	c.Update(base, 0.1, true, false)
+	rise(time.Second)
+	check("one tier's worth", 1, map[int]float64{0: 0, 1: 0, 5: 1})
+	c.SetTiers([]int{0, 5})
+	check("tier 1 gone", 1, map[int]float64{1: 0, 3: 0, 5: 1, 7: 1})
+	rise(time.Second)
+	check("at the ceiling", 1, map[int]float64{5: 1})
+	c.SetTiers([]int{0, 1})
+	check("tier 5 gone, tier 1 back", 0, map[int]float64{1: 0, 5: 0})
+	rise(500 * time.Millisecond)
+	check("half of tier 1", 0.5, map[int]float64{1: 0.5})
+	c.SetTiers([]int{0, 1, 5})
+	check("tier 5 back", 0.5, map[int]float64{1: 0, 5: 0.5})
+	c.SetTiers([]int{0, 1, 5, 12, -1})
+	check("unchanged", 0.5, map[int]float64{1: 0, 5: 0.5})
+	c.SetTiers(nil)
+	check("none", 0, map[int]float64{1: 0, 5: 0})
+}

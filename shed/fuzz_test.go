@@ -17,6 +17,7 @@ func FuzzSignals(f *testing.F) {
 		l, _ := NewLatency(LatencyConfig{Short: 10e6, Long: 200e6, MinSamples: 1})
 		q, _ := NewQueue(QueueConfig{Target: 1e6, Interval: 10e6})
 		c, _ := NewController(ControllerConfig{Rise: 1e6, Fall: 1e6, MaxStep: 1e9})
+		all := true // every tier in use, until SetTiers says otherwise
 		for len(b) >= 24 {
 			now := int64(binary.LittleEndian.Uint64(b))
 			v := int64(binary.LittleEndian.Uint64(b[8:]))
@@ -29,6 +30,17 @@ func FuzzSignals(f *testing.F) {
 				t.Fatalf("ratio %v", ratio)
 			}
 			_, over := q.Standing(now)
+			if v&1 == 1 {
+				// Some tiers in use, from the wait's bits.
+				var tiers []int
+				for t := range MaxTier + 1 {
+					if v>>(t+1)&1 == 1 {
+						tiers = append(tiers, t)
+					}
+				}
+				c.SetTiers(tiers)
+				all = false
+			}
 			c.Update(now, ratio, ok, over)
 			c.Update(now, x, true, over)
 			for tier := -1; tier <= MaxTier+1; tier++ {
@@ -36,7 +48,10 @@ func FuzzSignals(f *testing.F) {
 				if !(fr >= 0 && fr <= 1) || (tier <= 0 && fr != 0) {
 					t.Fatalf("tier %d fraction %v", tier, fr)
 				}
-				if tier > 0 && tier < MaxTier && fr > 0 && c.Fraction(tier+1) != 1 {
+				if tier > 0 && tier < MaxTier && fr > c.Fraction(tier+1) {
+					t.Fatalf("tier %d shed %v, more than tier %d", tier, fr, tier+1)
+				}
+				if all && tier > 0 && tier < MaxTier && fr > 0 && c.Fraction(tier+1) != 1 {
 					t.Fatalf("tier %d shed %v before tier %d entirely", tier, fr, tier+1)
 				}
 			}
