@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cqlguard/cqlguard/shed"
@@ -22,6 +24,13 @@ type SheddingConfig struct {
 	// protocol's Overloaded, which drivers retry at most once, on another
 	// node, and only idempotent requests) or "config_error" (never retried).
 	Error string `yaml:"error"`
+	// MaxPrice, over 1, prices instead of refusing: a request of a class
+	// with a budget (clients: max_units_per_second) is forwarded while its
+	// tier is being shed, and its class is charged 1 + (MaxPrice - 1) x
+	// the tier's shed fraction times its request units, so that the
+	// class's budget refuses it sooner. Classes without a budget are shed
+	// as before. 0 (the default) or 1: refuse.
+	MaxPrice float64 `yaml:"max_price"`
 	// ShortWindow and LongWindow are the upstream latency windows whose
 	// Quantile's ratio (long over short) is the latency signal; MinSamples
 	// answers a window needs before it counts. Zero: the defaults.
@@ -45,6 +54,10 @@ type SheddingConfig struct {
 	// UpdateEvery is how often the signals are read and shedding moved.
 	UpdateEvery Duration `yaml:"update_every"`
 }
+
+// Pricing reports whether shedding raises the price of requests of
+// classes with budgets instead of refusing them.
+func (c SheddingConfig) Pricing() bool { return c.MaxPrice > 1 }
 
 // Shedding errors.
 const (
@@ -81,16 +94,54 @@ func (c *SheddingConfig) validate(ps *problems) {
 	default:
 		bad(fmt.Errorf("%q is neither %q nor %q", c.Error, ShedOverloaded, ShedConfigError), "error")
 	}
+	if c.MaxPrice < 0 || c.MaxPrice > 0 && c.MaxPrice < 1 || math.IsNaN(c.MaxPrice) || math.IsInf(c.MaxPrice, 0) {
+		bad(fmt.Errorf("%v is neither 0 nor at least 1", c.MaxPrice), "max_price")
+	}
 	if c.UpdateEvery <= 0 {
 		bad(fmt.Errorf("%s must be positive", time.Duration(c.UpdateEvery)), "update_every")
 	}
-	if err := c.Latency().Validate(); err != nil {
-		bad(err, "short_window")
+	// Each setting is checked alone, against the defaults of the others,
+	// so that its error names its own key and line; what is wrong only in
+	// combination is the section's.
+	lat := func(edit func(*shed.LatencyConfig)) error {
+		var l shed.LatencyConfig
+		edit(&l)
+		return l.Validate()
 	}
-	if err := c.Queue().Validate(); err != nil {
-		bad(err, "queue_target")
+	queue := func(edit func(*shed.QueueConfig)) error {
+		var q shed.QueueConfig
+		edit(&q)
+		return q.Validate()
 	}
-	if err := c.Controller(nil).Validate(); err != nil {
-		bad(err, "ratio_below")
+	ctl := func(edit func(*shed.ControllerConfig)) error {
+		var k shed.ControllerConfig
+		edit(&k)
+		return k.Validate()
+	}
+	n := len(*ps)
+	for _, f := range []struct {
+		key string
+		err error
+	}{
+		{"short_window", lat(func(l *shed.LatencyConfig) { l.Short = time.Duration(c.ShortWindow) })},
+		{"long_window", lat(func(l *shed.LatencyConfig) { l.Long = time.Duration(c.LongWindow) })},
+		{"quantile", lat(func(l *shed.LatencyConfig) { l.Quantile = c.Quantile })},
+		{"min_samples", lat(func(l *shed.LatencyConfig) { l.MinSamples = c.MinSamples })},
+		{"queue_target", queue(func(q *shed.QueueConfig) { q.Target = time.Duration(c.QueueTarget) })},
+		{"queue_interval", queue(func(q *shed.QueueConfig) { q.Interval = time.Duration(c.QueueInterval) })},
+		{"ratio_below", ctl(func(k *shed.ControllerConfig) { k.RatioBelow = c.RatioBelow })},
+		{"ratio_recover", ctl(func(k *shed.ControllerConfig) { k.RatioRecover = c.RatioRecover })},
+		{"rise", ctl(func(k *shed.ControllerConfig) { k.Rise = time.Duration(c.Rise) })},
+		{"fall", ctl(func(k *shed.ControllerConfig) { k.Fall = time.Duration(c.Fall) })},
+	} {
+		if f.err != nil {
+			bad(f.err, f.key)
+		}
+	}
+	if len(*ps) > n {
+		return
+	}
+	if err := errors.Join(c.Latency().Validate(), c.Queue().Validate(), c.Controller(nil).Validate()); err != nil {
+		ps.add(err, "shedding")
 	}
 }

@@ -277,7 +277,13 @@ func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
 	if c := req.client; c != nil {
 		c.units.Add(units)
 		if c.budget != nil {
-			c.budget.Charge(now, units)
+			// A tier priced up by shedding pays more of its budget for
+			// the same work; the partitions are charged what it cost.
+			paid := units
+			if req.price > 1 {
+				paid *= float64(req.price)
+			}
+			c.budget.Charge(now, paid)
 		}
 	}
 	if req.nCharges > 0 {

@@ -117,9 +117,11 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 			return s.budgetRefusal(h, c)
 		}
 		if s.node != nil {
-			if act, shed := s.shedRequest(h, dryRun); shed {
+			act, refused, price := s.shedRequest(h, c, dryRun)
+			if refused {
 				return act
 			}
+			req.price = price
 		}
 		req.client, req.size = c, int32(len(f))
 	}

@@ -49,6 +49,9 @@ type shedding struct {
 	// shedByTier and dryByTier are shedTotal's series by tier, resolved
 	// once: a node under pressure may shed most requests.
 	shedByTier, dryByTier [shed.MaxTier + 1]prometheus.Counter
+	// pricedByTier and dryPricedByTier count the requests priced up
+	// instead (max_price).
+	pricedByTier, dryPricedByTier [shed.MaxTier + 1]prometheus.Counter
 }
 
 // nodeSignals are one upstream node's latency and controller.
@@ -86,12 +89,14 @@ func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg pr
 		}),
 		shedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_shed_requests_total",
-			Help: "Requests shed, by tier and outcome: shed (answered with shedding.error), or dry_run (let through).",
+			Help: "Requests shed, by tier and outcome: shed (answered with shedding.error), priced (forwarded at a higher price in request units, shedding.max_price), or dry_run and dry_run_priced (let through as they were).",
 		}, []string{"tier", "outcome"}),
 	}
 	for tier := range sh.shedByTier {
 		sh.shedByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "shed")
 		sh.dryByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "dry_run")
+		sh.pricedByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "priced")
+		sh.dryPricedByTier[tier] = sh.shedTotal.WithLabelValues(strconv.Itoa(tier), "dry_run_priced")
 	}
 	// Until the traffic says otherwise, every class's tier is in use.
 	sh.classTiers = tiersOf(clients)
@@ -188,10 +193,12 @@ func (sh *shedding) useTiers(now int64) bool {
 	return true
 }
 
-// shedRequest reports whether to shed the request h of s's class tier,
-// and returns the answer if so. Its draw is the session's own random
-// number, so that nothing is shared between connections.
-func (s *session) shedRequest(h frame.Header, dryRun bool) (action, bool) {
+// shedRequest reports whether to shed the request h of s's class c, and
+// returns the answer if so. With shedding.max_price, a request of a class
+// with a budget is not shed but priced: price is what its request units
+// are multiplied by, 0 for no change. Its draw is the session's own
+// random number, so that nothing is shared between connections.
+func (s *session) shedRequest(h frame.Header, c *clientClass, dryRun bool) (act action, refused bool, price float32) {
 	sh, n := s.p.shedding, s.node
 	tier := config.DefaultTier
 	if s.caller != nil {
@@ -203,19 +210,31 @@ func (s *session) shedRequest(h frame.Header, dryRun bool) (action, bool) {
 	if bit := uint32(1) << t; sh.seen.Load()&bit == 0 {
 		sh.seen.Or(bit)
 	}
+	if sh.cfg.Pricing() && c.budget != nil {
+		f := n.ctl.Fraction(tier)
+		if f == 0 {
+			return action{}, false, 0
+		}
+		if dryRun || sh.cfg.DryRun {
+			sh.dryPricedByTier[t].Inc()
+			return action{}, false, 0
+		}
+		sh.pricedByTier[t].Inc()
+		return action{}, false, float32(1 + (sh.cfg.MaxPrice-1)*f)
+	}
 	if !n.ctl.Shed(tier, s.draw()) {
-		return action{}, false
+		return action{}, false, 0
 	}
 	if dryRun || sh.cfg.DryRun {
 		sh.dryByTier[t].Inc()
-		return action{}, false
+		return action{}, false, 0
 	}
 	sh.shedByTier[t].Inc()
 	code := frame.ErrCodeOverloaded
 	if sh.cfg.Error == config.ShedConfigError {
 		code = frame.ErrCodeConfig
 	}
-	return s.refusal(h, code, fmt.Sprintf("cqlguard: request shed, tier %d, while the node %s is slow (shedding); retry later", tier, n.addr)), true
+	return s.refusal(h, code, fmt.Sprintf("cqlguard: request shed, tier %d, while the node %s is slow (shedding); retry later", tier, n.addr)), true, 0
 }
 
 // draw returns a pseudo-random number uniform in [0, 1), from the

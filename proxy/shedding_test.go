@@ -39,48 +39,8 @@ shedding:
 		t.Fatal(err)
 	}
 	addr := servedOn(t, p)
-	type counts struct{ ok, overloaded, other atomic.Int64 }
 	var slow atomic.Bool
-	run := func(app string, c *counts, stop <-chan struct{}) {
-		conn := dialRaw(t, addr, 4)
-		conn.startup(map[string]string{"APPLICATION_NAME": app})
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			q := "SELECT * FROM ks.kv WHERE k = 1"
-			if slow.Load() {
-				q = "SELECT * FROM ks.kv WHERE k = 2"
-			}
-			stream := int16(i & 0x7fff)
-			conn.send(stream, &message.Query{Query: q, Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
-			switch m := conn.recv().Body.Message.(type) {
-			case message.Error:
-				if m.GetErrorCode() == primitive.ErrorCodeOverloaded {
-					c.overloaded.Add(1)
-				} else {
-					c.other.Add(1)
-				}
-			default:
-				c.ok.Add(1)
-			}
-		}
-	}
-	phase := func(d time.Duration) (crit, batch *counts) {
-		crit, batch = &counts{}, &counts{}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() { run("critical", crit, stop) })
-			wg.Go(func() { run("batch", batch, stop) })
-		}
-		time.Sleep(d) // the phase's length is what is measured
-		close(stop)
-		wg.Wait()
-		return crit, batch
-	}
+	phase := shedLoad(t, addr, &slow)
 	// Windows this short see a loaded test machine's jitter: a healthy
 	// node may have some of its batch requests shed, never a critical one.
 	// (The shed package's tests hold the defaults to shedding nothing on a
@@ -134,5 +94,113 @@ shedding:
 	t.Logf("recovered: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), batch.overloaded.Load())
 	if batch.ok.Load() <= batch.overloaded.Load() {
 		t.Errorf("after the node recovered, batch got %d answers and %d refusals", batch.ok.Load(), batch.overloaded.Load())
+	}
+}
+
+// shedCounts are what one class's clients got in a phase.
+type shedCounts struct{ ok, overloaded, configErr, other atomic.Int64 }
+
+// shedLoad returns a function that runs a phase of d: four connections of
+// application critical and four of batch reading as fast as they are
+// answered, each request ks.kv's key 1, or key 2 while slow is set (the
+// fake node's slow query).
+func shedLoad(t *testing.T, addr string, slow *atomic.Bool) func(d time.Duration) (crit, batch *shedCounts) {
+	run := func(app string, c *shedCounts, stop <-chan struct{}) {
+		conn := dialRaw(t, addr, 4)
+		conn.startup(map[string]string{"APPLICATION_NAME": app})
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			q := "SELECT * FROM ks.kv WHERE k = 1"
+			if slow.Load() {
+				q = "SELECT * FROM ks.kv WHERE k = 2"
+			}
+			stream := int16(i & 0x7fff)
+			conn.send(stream, &message.Query{Query: q, Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+			switch m := conn.recv().Body.Message.(type) {
+			case message.Error:
+				switch m.GetErrorCode() {
+				case primitive.ErrorCodeOverloaded:
+					c.overloaded.Add(1)
+				case primitive.ErrorCodeConfigError:
+					c.configErr.Add(1)
+				default:
+					c.other.Add(1)
+				}
+			default:
+				c.ok.Add(1)
+			}
+		}
+	}
+	return func(d time.Duration) (crit, batch *shedCounts) {
+		crit, batch = &shedCounts{}, &shedCounts{}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { run("critical", crit, stop) })
+			wg.Go(func() { run("batch", batch, stop) })
+		}
+		time.Sleep(d) // the phase's length is what is measured
+		close(stop)
+		wg.Wait()
+		return crit, batch
+	}
+}
+
+// With max_price, a tier being shed whose class has a budget is not
+// refused with Overloaded but charged more, so that its budget refuses it
+// sooner; tier 0 is neither.
+func TestSheddingPrices(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 2", SlowFor: 20 * time.Millisecond})
+	// A slow node answers the batch class's 4 connections about 200
+	// reads a second, a fifth of its budget; at a price of up to 100 the
+	// budget admits 10.
+	cfg := parseConfig(t, `listen: 127.0.0.1:0
+upstreams: [`+node.Addr()+`]
+admin: {listen: ""}
+clients:
+  classes:
+    - {name: critical, tier: 0, match: {application_names: [critical]}}
+    - {name: batch, tier: 5, match: {application_names: [batch]}, max_units_per_second: 1000}
+request_units: {fixed: 1, per_row: 0, per_kib: 0, per_ms: 0}
+shedding:
+  enabled: true
+  max_price: 100
+  short_window: 100ms
+  long_window: 2s
+  min_samples: 10
+  rise: 100ms
+  fall: 100ms
+  update_every: 20ms
+`)
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow atomic.Bool
+	phase := shedLoad(t, servedOn(t, p), &slow)
+	phase(2500 * time.Millisecond)
+	slow.Store(true)
+	crit, batch := phase(1500 * time.Millisecond)
+	t.Logf("slow node: critical %d ok %d refused; batch %d ok, %d over budget, %d overloaded",
+		crit.ok.Load(), crit.configErr.Load()+crit.overloaded.Load(), batch.ok.Load(), batch.configErr.Load(), batch.overloaded.Load())
+	if n := crit.overloaded.Load() + crit.configErr.Load() + crit.other.Load() + batch.other.Load(); n != 0 {
+		t.Errorf("%d critical requests refused or other errors", n)
+	}
+	if n := batch.overloaded.Load(); n != 0 {
+		t.Errorf("%d batch requests shed; want them priced", n)
+	}
+	if batch.configErr.Load() == 0 {
+		t.Error("no batch request refused for its budget while priced up")
+	}
+	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("5", "priced")); got == 0 {
+		t.Error("no batch request counted as priced")
+	}
+	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("0", "priced")); got != 0 {
+		t.Errorf("%v critical requests priced", got)
 	}
 }
