@@ -262,6 +262,10 @@ type AdminConfig struct {
 	// request's partition and forwards everything unlimited, which a
 	// sidecar should not present as ready.
 	ReadyNeedsSchema bool `yaml:"ready_needs_schema"`
+	// Profiling serves Go's profiles and execution traces under
+	// /debug/pprof/, behind the token like /hot: for finding where the
+	// proxy spends its time. Off by default.
+	Profiling bool `yaml:"profiling"`
 }
 
 // Token reads the bearer token /hot asks for from the file or the

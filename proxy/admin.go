@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +16,8 @@ import (
 // /hot (the busiest partitions now, as JSON). Every path answers GET and
 // HEAD only. /hot shows user data (partition keys, with admin.show_keys)
 // and asks for the bearer token of admin.token_file or admin.token_env
-// when one is set; the others stay open for probes and scrapers.
+// when one is set; the others stay open for probes and scrapers. With
+// admin.profiling, /debug/pprof/ serves Go's profiles, behind the token too.
 func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -23,6 +25,13 @@ func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("/hot", p.withToken(http.HandlerFunc(p.serveHot)))
+	if p.cfg.Admin.Profiling {
+		mux.Handle("/debug/pprof/", p.withToken(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/cmdline", p.withToken(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("/debug/pprof/profile", p.withToken(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/symbol", p.withToken(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/trace", p.withToken(http.HandlerFunc(pprof.Trace)))
+	}
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := p.Ready(); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
