@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -124,8 +125,18 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	listen := fs.String("listen", "127.0.0.1:19043", "address to listen on (port 0 picks one)")
 	upstream := fs.String("upstream", "127.0.0.1:19042", "address to relay each connection to")
 	mode := fs.String("mode", "go", "go: a goroutine per direction (io.Copy); eventloop: one event loop for every connection")
+	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the relay to this file, -trace-for long from -trace-after, to count its wake-ups and system calls as cqlguard's admin.profiling does")
+	traceAfter := fs.Duration("trace-after", 2*time.Second, "when the trace starts")
+	traceFor := fs.Duration("trace-for", 2*time.Second, "how long the trace lasts")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *tracePath != "" {
+		go func() {
+			if err := traceWindow(ctx, *tracePath, *traceAfter, *traceFor); err != nil {
+				fmt.Fprintln(stderr, "relay: trace:", err)
+			}
+		}()
 	}
 	switch *mode {
 	case "go":
@@ -154,6 +165,30 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case err := <-served:
 		return err
 	}
+}
+
+// traceWindow writes an execution trace to path from after to after+d,
+// unless ctx ends first.
+func traceWindow(ctx context.Context, path string, after, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(after):
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := trace.Start(f); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	trace.Stop()
+	return f.Close()
 }
 
 func runGocql(ctx context.Context, args []string, stdout, stderr io.Writer) error {
