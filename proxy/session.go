@@ -116,7 +116,7 @@ type session struct {
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
 	guard := &stallGuard{Conn: client, timeout: time.Duration(p.cfg.FrameTimeout)}
-	clientIn := newLazyReader(guard, &p.reads)
+	clientIn := newLazyReader(guard, client, &p.reads)
 	upstreamIn := u.in
 	s := &session{
 		p:                 p,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -40,7 +41,7 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 	if err != nil {
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}
-	u := &upstreamConn{conn: c, in: newLazyReader(c, bufs)}
+	u := &upstreamConn{conn: c, in: newLazyReader(c, c, bufs)}
 	u.in.take()
 	c.SetDeadline(time.Now().Add(timeout))
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 0, Opcode: frame.OpOptions})
@@ -111,8 +112,13 @@ func (b *readBuffers) put(br *bufio.Reader) {
 // connection. A burst of frames keeps its buffer: the request and response
 // paths park only when they have read everything that arrived, so a
 // pipelining client costs one pool round trip per burst, a request-response
-// one per request (tens of nanoseconds, no allocation), and no extra system
-// call unless a frame is larger than the small array.
+// one per request (tens of nanoseconds, no allocation).
+//
+// On a plain socket (not TLS), wait tries the small array once; when the
+// socket is empty it waits for it to become readable without reading, and
+// br then reads what came straight into its buffer: one read system call
+// per burst however long, where reading into the small array first would
+// take a second one for every burst longer than it.
 type lazyReader struct {
 	br     *bufio.Reader // the frame.Reader's; the zero Reader while parked
 	held   *bufio.Reader // whose buffer br uses while not parked
@@ -121,12 +127,24 @@ type lazyReader struct {
 	head   [512]byte // read while parked
 	off, n int       // head[off:n] is yet to be read through br
 	err    error     // the error of the parked read, after head
+
+	raw   syscall.RawConn       // the socket's, nil for TLS and others
+	tried bool                  // readable has tried head once
+	ready func(fd uintptr) bool // readable, made once so that waiting allocates nothing
 }
 
-// newLazyReader returns a parked lazyReader of src, taking buffers from
-// bufs.
-func newLazyReader(src io.Reader, bufs *readBuffers) *lazyReader {
-	return &lazyReader{br: new(bufio.Reader), bufs: bufs, src: src}
+// newLazyReader returns a parked lazyReader of src, which reads conn,
+// taking buffers from bufs.
+func newLazyReader(src io.Reader, conn net.Conn, bufs *readBuffers) *lazyReader {
+	l := &lazyReader{br: new(bufio.Reader), bufs: bufs, src: src}
+	// *tls.Conn is no syscall.Conn: its bytes must go through it.
+	if sc, ok := conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			l.raw = raw
+			l.ready = l.readable
+		}
+	}
+	return l
 }
 
 // take gives br a buffer without waiting for bytes.
@@ -153,9 +171,43 @@ func (l *lazyReader) wait() {
 	if l.held != nil {
 		return
 	}
-	l.n, l.err = l.src.Read(l.head[:])
-	l.off = 0
+	l.off, l.n = 0, 0
+	if l.raw == nil {
+		l.n, l.err = l.src.Read(l.head[:])
+	} else {
+		l.tried = false
+		if err := l.raw.Read(l.ready); err != nil {
+			l.err = err
+		}
+	}
 	l.take()
+}
+
+// readable is the raw connection's read function for wait. Go's poller
+// must see a read find the socket empty before it waits for it (it forgets
+// readiness before each read), so the first call reads into head; once the
+// socket became readable, the second reads nothing and br's next read takes
+// everything that came.
+func (l *lazyReader) readable(fd uintptr) bool {
+	if l.tried {
+		return true
+	}
+	l.tried = true
+	for {
+		n, err := syscall.Read(int(fd), l.head[:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			l.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", err)}
+		case n == 0:
+			l.err = io.EOF
+		}
+		l.n = max(n, 0)
+		return true
+	}
 }
 
 // Read is br's source: the bytes read while parked, then the connection.

@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+)
+
+// A parked lazyReader gives br every byte that came while it waited, in
+// order, then the connection's end: on a socket, whose wait reads nothing
+// once the socket is readable, and on a pipe, whose wait reads into head.
+func TestLazyReaderWait(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{1, 511, 512, 513, 4000, 40000} {
+		for _, kind := range []string{"tcp", "pipe"} {
+			var a, b net.Conn
+			if kind == "tcp" {
+				a, b = tcpPair(t, "127.0.0.1:0")
+			} else {
+				a, b = net.Pipe()
+				t.Cleanup(func() { a.Close(); b.Close() })
+			}
+			var bufs readBuffers
+			l := newLazyReader(b, b, &bufs)
+			if (l.raw != nil) != (kind == "tcp") {
+				t.Fatalf("%s: raw %v", kind, l.raw != nil)
+			}
+			want := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+			go func() {
+				a.Write(want)
+				a.Close()
+			}()
+			var got []byte
+			for {
+				l.wait()
+				chunk := make([]byte, 70000)
+				n, err := l.br.Read(chunk)
+				got = append(got, chunk[:n]...)
+				for err == nil && l.br.Buffered() > 0 {
+					n, err = l.br.Read(chunk)
+					got = append(got, chunk[:n]...)
+				}
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						t.Fatalf("%s, %d bytes: %v", kind, size, err)
+					}
+					break
+				}
+				l.park()
+			}
+			l.park()
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s, %d bytes: got %d bytes, not what was sent", kind, size, len(got))
+			}
+		}
+	}
+}
+
+// A parked lazyReader whose connection is closed under it returns the
+// closing's error, not a hang.
+func TestLazyReaderClosedWhileParked(t *testing.T) {
+	t.Parallel()
+	_, b := tcpPair(t, "127.0.0.1:0")
+	var bufs readBuffers
+	l := newLazyReader(b, b, &bufs)
+	done := make(chan error, 1)
+	go func() {
+		l.wait()
+		_, err := l.br.ReadByte()
+		done <- err
+	}()
+	b.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read after close: %v, want net.ErrClosed", err)
+	}
+}
