@@ -17,28 +17,7 @@ import (
 // and tier 0 never; while it is healthy nothing is.
 func TestShedding(t *testing.T) {
 	t.Parallel()
-	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 2", SlowFor: 20 * time.Millisecond})
-	cfg := parseConfig(t, `listen: 127.0.0.1:0
-upstreams: [`+node.Addr()+`]
-admin: {listen: ""}
-clients:
-  classes:
-    - {name: critical, tier: 0, match: {application_names: [critical]}}
-    - {name: batch, tier: 5, match: {application_names: [batch]}}
-shedding:
-  enabled: true
-  short_window: 100ms
-  long_window: 2s
-  min_samples: 10
-  rise: 100ms
-  fall: 100ms
-  update_every: 20ms
-`)
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := servedOn(t, p)
+	p, node, addr := shedProxy(t, "", "")
 	var slow atomic.Bool
 	phase := shedLoad(t, addr, &slow)
 	// Windows this short see a loaded test machine's jitter: a healthy
@@ -155,34 +134,12 @@ func shedLoad(t *testing.T, addr string, slow *atomic.Bool) func(d time.Duration
 // sooner; tier 0 is neither.
 func TestSheddingPrices(t *testing.T) {
 	t.Parallel()
-	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 2", SlowFor: 20 * time.Millisecond})
 	// A slow node answers the batch class's 4 connections about 200
 	// reads a second, a fifth of its budget; at a price of up to 100 the
 	// budget admits 10.
-	cfg := parseConfig(t, `listen: 127.0.0.1:0
-upstreams: [`+node.Addr()+`]
-admin: {listen: ""}
-clients:
-  classes:
-    - {name: critical, tier: 0, match: {application_names: [critical]}}
-    - {name: batch, tier: 5, match: {application_names: [batch]}, max_units_per_second: 1000}
-request_units: {fixed: 1, per_row: 0, per_kib: 0, per_ms: 0}
-shedding:
-  enabled: true
-  max_price: 100
-  short_window: 100ms
-  long_window: 2s
-  min_samples: 10
-  rise: 100ms
-  fall: 100ms
-  update_every: 20ms
-`)
-	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _, addr := shedProxy(t, ", max_units_per_second: 1000", "  max_price: 100\nrequest_units: {fixed: 1, per_row: 0, per_kib: 0, per_ms: 0}\n")
 	var slow atomic.Bool
-	phase := shedLoad(t, servedOn(t, p), &slow)
+	phase := shedLoad(t, addr, &slow)
 	phase(2500 * time.Millisecond)
 	slow.Store(true)
 	crit, batch := phase(1500 * time.Millisecond)
@@ -203,4 +160,34 @@ shedding:
 	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("0", "priced")); got != 0 {
 		t.Errorf("%v critical requests priced", got)
 	}
+}
+
+// shedProxy serves a proxy in front of a fake node whose reads of key 2
+// take 20 ms, with classes critical (tier 0) and batch (tier 5, with
+// batchExtra in its flow mapping), and shedding on with windows short
+// enough for a test, then extra's lines.
+func shedProxy(t *testing.T, batchExtra, extra string) (*Proxy, *fakenode.Node, string) {
+	t.Helper()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 2", SlowFor: 20 * time.Millisecond})
+	cfg := parseConfig(t, `listen: 127.0.0.1:0
+upstreams: [`+node.Addr()+`]
+admin: {listen: ""}
+clients:
+  classes:
+    - {name: critical, tier: 0, match: {application_names: [critical]}}
+    - {name: batch, tier: 5, match: {application_names: [batch]}`+batchExtra+`}
+shedding:
+  enabled: true
+  short_window: 100ms
+  long_window: 2s
+  min_samples: 10
+  rise: 100ms
+  fall: 100ms
+  update_every: 20ms
+`+extra)
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, node, servedOn(t, p)
 }
