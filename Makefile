@@ -92,7 +92,7 @@ classes: build
 # whole-partition reads (tier 5) at a light rate the node answers easily,
 # then with the batch class saturating the node, once through a cqlguard
 # without shedding and once through one with it. It prints the figures and
-# writes docs/shedding.png; about 4 minutes once Cassandra is up.
+# writes docs/shedding.png; about 3.5 minutes once Cassandra is up.
 shedding: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bash test/cassandra/cassandra.sh start
