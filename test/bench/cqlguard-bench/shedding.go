@@ -25,20 +25,22 @@ import (
 
 // sheddingExp runs the shedding experiment against a real node: an
 // interactive class of single-row reads at a fixed rate, tier 0, runs
-// alone through cqlguard, then a batch class of whole-partition reads,
-// tier 5, joins it at a rate over what the node answers, as fast as its
-// requests in flight allow, and saturates the node. The pair runs twice, each with a cqlguard of its own, as the
-// shedding section takes effect on restart only: without shedding, then
-// with it. It reports, per half and phase, the interactive class's
-// goodput and latencies, what the batch class had answered and shed, and
-// cqlguard's shedding signals, and plots them per second.
+// alone through cqlguard; then a batch class of whole-partition reads,
+// tier 5, joins it at a light rate the node answers easily, where
+// nothing should be shed; then the batch class offers more than the node
+// answers and saturates it. The three phases run twice, each time with a
+// cqlguard of its own, as the shedding section takes effect on restart
+// only: without shedding, then with it. It reports, per half and phase,
+// the interactive class's goodput and latencies, what the batch class
+// had answered and shed, and cqlguard's shedding signals, and plots them
+// per second.
 type sheddingExp struct {
 	nodeRun
-	widePartitions, wideRows, rowBytes int
-	interactiveRate, batchRate         float64
-	interactiveConcurrency             int
-	batchConcurrency                   int
-	shortWindow, longWindow            time.Duration
+	widePartitions, wideRows, rowBytes         int
+	interactiveRate, lightBatchRate, batchRate float64
+	interactiveConcurrency                     int
+	batchConcurrency                           int
+	shortWindow, longWindow                    time.Duration
 }
 
 func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -52,18 +54,20 @@ func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Float64Var(&e.interactiveRate, "interactive-rate", 5000, "reads a second the interactive class offers, well under what the node answers alone")
 	fs.IntVar(&e.interactiveConcurrency, "interactive-concurrency", 64, "requests in flight per connection of the interactive class, at most")
 	// The node answered about 2,100 whole-partition reads a second at
-	// 128 in flight: 4,000 keeps it saturated without shedding, and with
+	// 128 in flight: 100 is about 5% of that, which it answers without
+	// slowing; 4,000 keeps it saturated without shedding, and with
 	// shedding keeps the refused requests to what a batch job would send
 	// rather than a loop as fast as cqlguard refuses.
-	fs.Float64Var(&e.batchRate, "batch-rate", 4000, "reads a second the batch class offers, kept when refused (0: as fast as its requests in flight allow)")
+	fs.Float64Var(&e.lightBatchRate, "light-batch-rate", 100, "reads a second the batch class offers in the light-batch phase: about 5% of the 2,100 whole-partition reads a second the node answered at 128 in flight, a load it answers easily")
+	fs.Float64Var(&e.batchRate, "batch-rate", 4000, "reads a second the batch class offers in the heavy-batch phase, kept when refused (0: as fast as its requests in flight allow)")
 	fs.IntVar(&e.batchConcurrency, "batch-concurrency", 64, "requests in flight per connection of the batch class, at most")
 	fs.DurationVar(&e.shortWindow, "short-window", 0, "shedding.short_window (0: the default)")
 	fs.DurationVar(&e.longWindow, "long-window", 0, "shedding.long_window (0: the default); the phase alone should fill it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if e.interactiveRate <= 0 || e.phase < 2*settle {
-		return errors.New("shedding: -interactive-rate must be positive and -phase at least 6s")
+	if e.interactiveRate <= 0 || e.lightBatchRate <= 0 || e.phase < 2*settle {
+		return errors.New("shedding: -interactive-rate and -light-batch-rate must be positive and -phase at least 6s")
 	}
 	return e.inTempDir("shedding", func() error { return e.run(ctx) })
 }
@@ -81,17 +85,26 @@ var shedClassNames = [nShedClasses]string{"interactive", "batch"}
 // shed, the batch class first.
 var shedClassTiers = [nShedClasses]int{0, 5}
 
-// The halves and phases, in order.
+// The halves and phases, in order. The node is healthy through the
+// first two phases: nothing should be shed there.
 const (
-	halfOff        = "without shedding"
-	halfOn         = "with shedding"
-	phaseAlone     = "interactive alone"
-	phaseBatchJoin = "batch joins"
+	halfOff         = "without shedding"
+	halfOn          = "with shedding"
+	phaseAlone      = "interactive alone"
+	phaseLightBatch = "light batch"
+	phaseHeavyBatch = "heavy batch"
 )
 
 var (
 	shedHalves = []string{halfOff, halfOn}
-	shedPhases = []string{phaseAlone, phaseBatchJoin}
+	shedPhases = []string{phaseAlone, phaseLightBatch, phaseHeavyBatch}
+)
+
+// The batch class's loaders, one a phase: the same application name, so
+// the same class and tier, at two rates.
+const (
+	lightBatchLoader = "batch-light"
+	heavyBatchLoader = "batch-heavy"
 )
 
 func (e *sheddingExp) proxyAddr() string { return "127.0.0.1:9048" }
@@ -117,9 +130,9 @@ func (e *sheddingExp) config(shedding bool) string {
 	return b.String()
 }
 
-// spec is the loader of class i through cqlguard: the interactive class
-// for both phases at its rate, the batch class from the second phase on
-// as fast as it is answered.
+// spec is a loader of class i through cqlguard, running for the whole
+// run: the interactive class at its rate, the batch class at the heavy
+// rate.
 func (e *sheddingExp) spec(i int) load.Spec {
 	s := load.DefaultSpec()
 	s.Name, s.App, s.Addr, s.Username, s.Password = shedClassNames[i], shedClassNames[i], e.proxyAddr(), e.user, e.password
@@ -128,9 +141,18 @@ func (e *sheddingExp) spec(i int) load.Spec {
 		s.Table, s.Keys, s.Rate, s.Concurrency = "kv", e.keys, e.interactiveRate, e.interactiveConcurrency
 	} else {
 		s.Table, s.Keys, s.Rate, s.Concurrency = "wide", uint64(e.widePartitions), e.batchRate, e.batchConcurrency
-		s.Start = e.phase
 	}
 	return s
+}
+
+// loaders are a half's loaders: the interactive class through the three
+// phases, and the batch class at the light rate through the second and
+// at the heavy rate through the third.
+func (e *sheddingExp) loaders() []load.Spec {
+	light, heavy := e.spec(batch), e.spec(batch)
+	light.Name, light.Rate, light.Start, light.Stop = lightBatchLoader, e.lightBatchRate, e.phase, 2*e.phase
+	heavy.Name, heavy.Start = heavyBatchLoader, 2*e.phase
+	return []load.Spec{e.spec(interactive), light, heavy}
 }
 
 func (e *sheddingExp) run(ctx context.Context) error {
@@ -178,7 +200,7 @@ func (e *sheddingExp) run(ctx context.Context) error {
 }
 
 // runHalf starts a cqlguard with shedding on or off, warms it and the
-// node with the interactive class, runs the two phases and stops it.
+// node with the interactive class, runs the three phases and stops it.
 func (e *sheddingExp) runHalf(ctx context.Context, half string, jsonOut io.Writer) ([]shedSecond, error) {
 	px, _, err := startCqlguard(ctx, e.cqlguard, e.dir, e.config(half == halfOn), e.proxyAddr())
 	if err != nil {
@@ -197,10 +219,15 @@ func (e *sheddingExp) runHalf(ctx context.Context, half string, jsonOut io.Write
 	metricsURL := "http://" + adminAddr(e.proxyAddr()) + "/metrics"
 	var seconds []shedSecond
 	prev := sampleShedding(ctx, metricsURL)
-	fmt.Fprintf(e.stderr, "%s: running %v: %s\n", half, 2*e.phase, strings.Join(shedPhases, ", "))
-	_, err = load.Run(ctx, []load.Spec{e.spec(interactive), e.spec(batch)}, load.Options{
-		Duration: 2 * e.phase,
-		Phases:   []load.Phase{{Name: phaseAlone, At: 0}, {Name: phaseBatchJoin, At: e.phase}},
+	var phases []load.Phase
+	for j, name := range shedPhases {
+		phases = append(phases, load.Phase{Name: name, At: time.Duration(j) * e.phase})
+	}
+	run := time.Duration(len(shedPhases)) * e.phase
+	fmt.Fprintf(e.stderr, "%s: running %v: %s\n", half, run, strings.Join(shedPhases, ", "))
+	_, err = load.Run(ctx, e.loaders(), load.Options{
+		Duration: run,
+		Phases:   phases,
 		Report: func(s load.Second) {
 			now := sampleShedding(ctx, metricsURL)
 			ss := newShedSecond(half, s, prev, now)
@@ -276,18 +303,26 @@ type shedClassPerSecond struct {
 }
 
 // newShedSecond puts together the loaders' second s and the samples taken
-// at its start (from) and end (to).
+// at its start (from) and end (to). A class's counts are the sum of its
+// loaders'; its latencies are those of the loader that had the most
+// answered, as the other one is starting or draining.
 func newShedSecond(half string, s load.Second, from, to shedSample) shedSecond {
 	ss := shedSecond{Half: half, T: s.T, Length: s.Length, Phase: s.Phase, Ratio: to.ratio, Pressure: to.pressure}
 	secs := s.Length.Seconds()
+	var most [nShedClasses]uint64
 	for _, iv := range s.Loaders {
 		i := interactive
-		if iv.Loader == shedClassNames[batch] {
+		switch iv.Loader {
+		case lightBatchLoader, heavyBatchLoader:
 			i = batch
 		}
 		k := &ss.Class[i]
-		k.Answered, k.Refused, k.Failed = float64(iv.Succeeded)/secs, float64(iv.Rejected)/secs, float64(iv.Failed)/secs
-		k.P50, k.P99 = iv.OKP50, iv.OKP99
+		k.Answered += float64(iv.Succeeded) / secs
+		k.Refused += float64(iv.Rejected) / secs
+		k.Failed += float64(iv.Failed) / secs
+		if iv.Succeeded > most[i] {
+			k.P50, k.P99, most[i] = iv.OKP50, iv.OKP99, iv.Succeeded
+		}
 	}
 	span := to.at.Sub(from.at).Seconds()
 	if ss.MetricsOK = from.ok && to.ok && span > 0; ss.MetricsOK {
@@ -340,8 +375,9 @@ type shedPhaseResult struct {
 	seconds    int
 	class      [nShedClasses]shedFigures
 	// shedAll is the requests shed over the whole phase, settling
-	// included, of every class: what a healthy phase must keep at 0.
-	shedAll float64
+	// included, of every class, and maxPressureAll the most tiers shed at
+	// the end of any of its seconds: what a healthy phase must keep at 0.
+	shedAll, maxPressureAll float64
 	// ratio is the mean and minRatio the least latency ratio, maxPressure
 	// the most tiers shed, over the settled seconds; NaN without shedding.
 	ratio, minRatio, maxPressure float64
@@ -367,7 +403,7 @@ func summarizeShedding(seconds []shedSecond) sheddingResult {
 	for _, half := range shedHalves {
 		var start time.Duration // the phase's start, from its first second
 		for _, name := range shedPhases {
-			p := shedPhaseResult{half: half, name: name, metrics: true, ratio: math.NaN(), minRatio: math.NaN(), maxPressure: math.NaN()}
+			p := shedPhaseResult{half: half, name: name, metrics: true, ratio: math.NaN(), minRatio: math.NaN(), maxPressure: math.NaN(), maxPressureAll: math.NaN()}
 			first := true
 			var p50, p99 [nShedClasses]float64
 			var p99s [nShedClasses][]time.Duration
@@ -382,6 +418,9 @@ func summarizeShedding(seconds []shedSecond) sheddingResult {
 				p.metrics = p.metrics && s.MetricsOK
 				for _, k := range s.Class {
 					p.shedAll += k.Shed * s.Length.Seconds()
+				}
+				if !math.IsNaN(s.Pressure) {
+					p.maxPressureAll = nanMax(p.maxPressureAll, s.Pressure)
 				}
 				if s.T-s.Length < start+settle {
 					continue
@@ -426,46 +465,64 @@ func summarizeShedding(seconds []shedSecond) sheddingResult {
 	return res
 }
 
-// nanMin and nanMax are min and max where NaN is no value yet.
+// nanMin and nanMax are min and max where NaN is no value.
 func nanMin(a, b float64) float64 {
-	if math.IsNaN(a) {
+	switch {
+	case math.IsNaN(a):
 		return b
+	case math.IsNaN(b):
+		return a
 	}
 	return min(a, b)
 }
 
 func nanMax(a, b float64) float64 {
-	if math.IsNaN(a) {
+	switch {
+	case math.IsNaN(a):
 		return b
+	case math.IsNaN(b):
+		return a
 	}
 	return max(a, b)
 }
 
 // checks are the targets for one half: the interactive class's
-// p99 and goodput with the batch class beside it against the same half's
-// phase alone, and nothing shed while the node was healthy.
+// p99 and goodput with the heavy batch load beside it against the same
+// half's phase alone, and nothing shed while the node was healthy, alone
+// or with the light batch load. The light-batch phase's p99 and goodput
+// against alone show what the batch class costs a healthy node.
 type checks struct {
-	p99Ratio, goodput float64
-	shedAlone         float64
+	p99Ratio, goodput           float64
+	lightP99Ratio, lightGoodput float64
+	// shedHealthy is the requests shed over the healthy phases, settling
+	// included, and pressureHealthy the most tiers shed at the end of
+	// any of their seconds (NaN without shedding); metrics says whether
+	// cqlguard's metrics were read throughout them.
+	shedHealthy, pressureHealthy float64
+	metrics                      bool
 }
 
 func (r sheddingResult) checks(half string) checks {
-	alone, joined := r.phase(half, phaseAlone), r.phase(half, phaseBatchJoin)
-	a, j := alone.class[interactive], joined.class[interactive]
+	alone, light, heavy := r.phase(half, phaseAlone), r.phase(half, phaseLightBatch), r.phase(half, phaseHeavyBatch)
+	a, l, h := alone.class[interactive], light.class[interactive], heavy.class[interactive]
 	return checks{
-		p99Ratio:  float64(j.p99) / float64(a.p99),
-		goodput:   j.answered / a.answered,
-		shedAlone: alone.shedAll,
+		p99Ratio:        float64(h.p99) / float64(a.p99),
+		goodput:         h.answered / a.answered,
+		lightP99Ratio:   float64(l.p99) / float64(a.p99),
+		lightGoodput:    l.answered / a.answered,
+		shedHealthy:     alone.shedAll + light.shedAll,
+		pressureHealthy: nanMax(alone.maxPressureAll, light.maxPressureAll),
+		metrics:         alone.metrics && light.metrics,
 	}
 }
 
 func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
 	fmt.Fprintf(w, "Interactive (tier 0): single-row reads of bench.kv (%d partitions) offered at %.0f/s, %d connections of at most %d in flight.\n",
 		e.keys, e.interactiveRate, e.conns, e.interactiveConcurrency)
-	fmt.Fprintf(w, "Batch (tier 5): whole-partition reads of bench.wide (%d partitions of %d rows of %d bytes) offered at %s, %d connections of at most %d in flight, from the second phase on.\n",
-		e.widePartitions, e.wideRows, e.rowBytes, orDash(e.batchRate > 0, "%.0f/s", e.batchRate), e.conns, e.batchConcurrency)
+	fmt.Fprintf(w, "Batch (tier 5): whole-partition reads of bench.wide (%d partitions of %d rows of %d bytes), %d connections of at most %d in flight, offered at %.0f/s in the light-batch phase and at %s in the heavy-batch phase.\n",
+		e.widePartitions, e.wideRows, e.rowBytes, e.conns, e.batchConcurrency, e.lightBatchRate, orDash(e.batchRate > 0, "%.0f/s", e.batchRate))
 	fmt.Fprintf(w, "Phases of %v, the first %v of each left out; p50 and p99 are means of the seconds' percentiles; shed requests are answered with Config_error (refused).\n", e.phase, settle)
-	fmt.Fprintf(w, "Tiers in use: 0, 5 and the default class's %d, which has no traffic but counts in the tiers shed.\n\n", config.DefaultTier)
+	fmt.Fprintf(w, "Tiers shed: those in use, which sent a request in the last 10 s (at start every class's, the default class's %d among them).\n\n", config.DefaultTier)
 	fmt.Fprintf(w, "| half | phase | interactive answered/s | interactive p50 | interactive p99 (median second) | interactive refused/s | batch answered/s | batch refused/s | batch failed/s | shed/s tier 0 | shed/s tier 5 | latency ratio mean (min) | pressure tiers max |\n")
 	fmt.Fprintf(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, p := range r.phases {
@@ -475,18 +532,22 @@ func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
 			b.answered, b.refused, b.failed, orDash(p.metrics, "%.0f", in.shed), orDash(p.metrics, "%.0f", b.shed),
 			ratioText(p.ratio, p.minRatio), orDash(true, "%.2f", p.maxPressure))
 	}
-	// Only tier 0 runs alone, and it is never shed: the tiers shed while
-	// alone say what a healthy node would have cost a batch class there.
-	fmt.Fprintf(w, "\n| half | interactive p99 with batch / alone (target ≤ 1.5) | interactive goodput with batch / alone (target ≥ 90%%) | requests shed while alone (target 0) | most tiers shed while alone |\n| --- | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(w, "\n| half | interactive p99 / alone: light batch | heavy batch (target ≤ 1.5) | interactive goodput / alone: light batch | heavy batch (target ≥ 90%%) | requests shed while healthy, alone and light batch (target 0) | most tiers shed while healthy |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, half := range shedHalves {
 		c := r.checks(half)
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s |\n", half, orDash(true, "%.2f", c.p99Ratio), orDash(true, "%.1f%%", 100*c.goodput), c.shedAlone,
-			orDash(true, "%.2f", r.phase(half, phaseAlone).maxPressure))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", half,
+			orDash(true, "%.2f", c.lightP99Ratio), orDash(true, "%.2f", c.p99Ratio),
+			orDash(true, "%.1f%%", 100*c.lightGoodput), orDash(true, "%.1f%%", 100*c.goodput),
+			orDash(c.metrics, "%.0f", c.shedHealthy), orDash(true, "%.2f", c.pressureHealthy))
 	}
 	on := r.checks(halfOn)
-	fmt.Fprintf(w, "\nWith shedding: p99 %s (%s), goodput %s (%s), shed while alone %s.\n",
-		orDash(true, "%.2f×", on.p99Ratio), verdict(on.p99Ratio <= 1.5), orDash(true, "%.1f%%", 100*on.goodput), verdict(on.goodput >= 0.9),
-		verdict(on.shedAlone == 0))
+	healthy := "unknown (metrics missing)"
+	if on.metrics {
+		healthy = fmt.Sprintf("%.0f shed (%s), at most %s tiers", on.shedHealthy, verdict(on.shedHealthy == 0), orDash(true, "%.2f", on.pressureHealthy))
+	}
+	fmt.Fprintf(w, "\nWith shedding: heavy batch p99 %s alone (%s), goodput %s (%s); healthy phases %s.\n",
+		orDash(true, "%.2f×", on.p99Ratio), verdict(on.p99Ratio <= 1.5), orDash(true, "%.1f%%", 100*on.goodput), verdict(on.goodput >= 0.9), healthy)
 	fmt.Fprintf(w, "Plot: %s\n", e.out)
 }
 
@@ -517,7 +578,7 @@ func (e *sheddingExp) plot(seconds []shedSecond) error {
 	}
 	// x runs on over both halves: the second half starts where the first
 	// ended.
-	halfLen := 2 * e.phase.Seconds()
+	halfLen := float64(len(shedPhases)) * e.phase.Seconds()
 	x := func(s shedSecond) float64 {
 		if s.Half == halfOn {
 			return halfLen + s.T.Seconds()
@@ -536,7 +597,7 @@ func (e *sheddingExp) plot(seconds []shedSecond) error {
 			p99[h] = append(p99[h], plotter.XY{X: t, Y: max(logFloor, float64(s.Class[interactive].P99)/float64(time.Millisecond))})
 		}
 		inAns[h] = append(inAns[h], plotter.XY{X: t, Y: max(logFloor, s.Class[interactive].Answered)})
-		if s.Phase == phaseBatchJoin {
+		if s.Phase != phaseAlone {
 			bAns[h] = append(bAns[h], plotter.XY{X: t, Y: max(logFloor, s.Class[batch].Answered)})
 			if h == 1 {
 				bShed[h] = append(bShed[h], plotter.XY{X: t, Y: max(logFloor, s.Class[batch].Shed)})
@@ -592,7 +653,13 @@ func (e *sheddingExp) plot(seconds []shedSecond) error {
 					return nil, err
 				}
 				mark.Color, mark.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(2), vg.Points(2)}
-				labels, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: at, Y: label}}, Labels: []string{" " + half + ": " + name}})
+				// The half's name heads its first phase's, above it:
+				// six phases' names with the half's would overlap.
+				text := " " + name
+				if j == 0 {
+					text = " " + half + ":\n" + text
+				}
+				labels, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: at, Y: label}}, Labels: []string{text}})
 				if err != nil {
 					return nil, err
 				}
@@ -601,7 +668,7 @@ func (e *sheddingExp) plot(seconds []shedSecond) error {
 		}
 		p.X.Min, p.X.Max = 0, 2*halfLen
 		p.Legend.Top, p.Legend.Left = true, true
-		p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), -vg.Points(22)
+		p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), -vg.Points(34)
 		return p, nil
 	}
 	lat, err := panel("The interactive class's p99 of answered reads, each second", "ms", true, []series{{"interactive p99", p99, blue}})
