@@ -66,8 +66,8 @@ func (s *session) serveResponses() error {
 			s.p.inflight.give(1)
 			now := s.now()
 			m.upstreamLatency.Observe(float64(now-req.start) / 1e9)
-			if s.node != nil {
-				s.node.latency.Observe(now, now-req.start)
+			if s.node != nil && req.client != nil {
+				s.node.observe(req.client.tier, now, now-req.start)
 			}
 			if req.client != nil || req.nCharges > 0 {
 				s.charge(&req, f, h, now)

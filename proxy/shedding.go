@@ -54,11 +54,47 @@ type shedding struct {
 	pricedByTier, dryPricedByTier [shed.MaxTier + 1]prometheus.Counter
 }
 
-// nodeSignals are one upstream node's latency and controller.
+// nodeSignals are one upstream node's latencies and controller.
+//
+// Latency is tracked per client tier, each tier's against its own usual:
+// a batch class whose scans take ten times a point read must not look like
+// the node slowing down when it joins. The node's ratio is the lowest of
+// its tiers' trusted ratios.
 type nodeSignals struct {
 	addr    string
-	latency *shed.Latency
+	cfg     shed.LatencyConfig
+	latency [shed.MaxTier + 1]atomic.Pointer[shed.Latency] // made on a tier's first answer
 	ctl     *shed.Controller
+}
+
+// observe records the latency of an answer to a request of tier.
+func (n *nodeSignals) observe(tier int, now, latency int64) {
+	t := min(max(tier, 0), shed.MaxTier)
+	l := n.latency[t].Load()
+	if l == nil {
+		// The configuration was checked: this does not fail. Once per
+		// tier and node; a racing maker's is dropped.
+		made, _ := shed.NewLatency(n.cfg)
+		if !n.latency[t].CompareAndSwap(nil, made) {
+			made = n.latency[t].Load()
+		}
+		l = made
+	}
+	l.Observe(now, latency)
+}
+
+// ratio returns the lowest of the tiers' trusted latency ratios at now,
+// and whether any is trusted.
+func (n *nodeSignals) ratio(now int64) (lowest float64, ok bool) {
+	lowest = 1
+	for t := range n.latency {
+		if l := n.latency[t].Load(); l != nil {
+			if r, trusted := l.Ratio(now); trusted && (!ok || r < lowest) {
+				lowest, ok = r, true
+			}
+		}
+	}
+	return lowest, ok
 }
 
 func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg prometheus.Registerer) (*shedding, error) {
@@ -73,7 +109,7 @@ func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg pr
 		cfg: cfg, queue: q, nodes: map[string]*nodeSignals{},
 		ratio: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cqlguard_shed_latency_ratio",
-			Help: "Each upstream node's long-term latency quantile over its short-term one: about 1 when healthy, falling as the node slows (shedding).",
+			Help: "Each upstream node's long-term latency quantile over its short-term one, the lowest of its client tiers' (each tier against its own usual): about 1 when healthy, falling as the node slows (shedding).",
 		}, []string{"node"}),
 		pressure: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cqlguard_shed_pressure_tiers",
@@ -125,10 +161,9 @@ func (sh *shedding) node(addr string) *nodeSignals {
 	if n := sh.nodes[addr]; n != nil {
 		return n
 	}
-	// The configuration was checked: these do not fail.
-	lat, _ := shed.NewLatency(sh.cfg.Latency())
+	// The configuration was checked: this does not fail.
 	ctl, _ := shed.NewController(sh.cfg.Controller(sh.tiers))
-	n := &nodeSignals{addr: addr, latency: lat, ctl: ctl}
+	n := &nodeSignals{addr: addr, cfg: sh.cfg.Latency(), ctl: ctl}
 	sh.nodes[addr] = n
 	return n
 }
@@ -154,7 +189,7 @@ func (p *Proxy) updateShedding(stop <-chan struct{}) {
 			if changed {
 				n.ctl.SetTiers(sh.tiers)
 			}
-			ratio, ok := n.latency.Ratio(now)
+			ratio, ok := n.ratio(now)
 			n.ctl.Update(now, ratio, ok, over)
 			if ok {
 				sh.ratio.WithLabelValues(n.addr).Set(ratio)

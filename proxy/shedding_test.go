@@ -19,12 +19,12 @@ func TestShedding(t *testing.T) {
 	t.Parallel()
 	p, node, addr := shedProxy(t, "", "")
 	var slow atomic.Bool
-	phase := shedLoad(t, addr, &slow)
+	phase := shedLoad(t, addr, func(string) bool { return slow.Load() })
 	// Windows this short see a loaded test machine's jitter: a healthy
 	// node may have some of its batch requests shed, never a critical one.
 	// (The shed package's tests hold the defaults to shedding nothing on a
 	// healthy node.)
-	crit, batch := phase(2500 * time.Millisecond)
+	crit, batch := phase(2500*time.Millisecond, false)
 	shedHealthy := batch.overloaded.Load()
 	t.Logf("healthy node: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), shedHealthy)
 	if crit.overloaded.Load() != 0 {
@@ -48,7 +48,7 @@ func TestShedding(t *testing.T) {
 			highest = max(highest, metricValue(t, p.shedding.pressure.WithLabelValues(node.Addr())))
 		}
 	}()
-	crit, batch = phase(1500 * time.Millisecond)
+	crit, batch = phase(1500*time.Millisecond, false)
 	close(stopWatch)
 	<-watched
 	t.Logf("slow node: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), batch.overloaded.Load())
@@ -69,7 +69,7 @@ func TestShedding(t *testing.T) {
 	}
 	// The node is well again: shedding falls.
 	slow.Store(false)
-	crit, batch = phase(1500 * time.Millisecond)
+	crit, batch = phase(1500*time.Millisecond, false)
 	t.Logf("recovered: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), batch.overloaded.Load())
 	if batch.ok.Load() <= batch.overloaded.Load() {
 		t.Errorf("after the node recovered, batch got %d answers and %d refusals", batch.ok.Load(), batch.overloaded.Load())
@@ -80,10 +80,10 @@ func TestShedding(t *testing.T) {
 type shedCounts struct{ ok, overloaded, configErr, other atomic.Int64 }
 
 // shedLoad returns a function that runs a phase of d: four connections of
-// application critical and four of batch reading as fast as they are
-// answered, each request ks.kv's key 1, or key 2 while slow is set (the
-// fake node's slow query).
-func shedLoad(t *testing.T, addr string, slow *atomic.Bool) func(d time.Duration) (crit, batch *shedCounts) {
+// application critical and, unless critOnly, four of batch, reading as
+// fast as they are answered, each request ks.kv's key 1, or key 2 (the
+// fake node's slow query) while slow says so for its application.
+func shedLoad(t *testing.T, addr string, slow func(app string) bool) func(d time.Duration, critOnly bool) (crit, batch *shedCounts) {
 	run := func(app string, c *shedCounts, stop <-chan struct{}) {
 		conn := dialRaw(t, addr, 4)
 		conn.startup(map[string]string{"APPLICATION_NAME": app})
@@ -94,7 +94,7 @@ func shedLoad(t *testing.T, addr string, slow *atomic.Bool) func(d time.Duration
 			default:
 			}
 			q := "SELECT * FROM ks.kv WHERE k = 1"
-			if slow.Load() {
+			if slow(app) {
 				q = "SELECT * FROM ks.kv WHERE k = 2"
 			}
 			stream := int16(i & 0x7fff)
@@ -114,13 +114,15 @@ func shedLoad(t *testing.T, addr string, slow *atomic.Bool) func(d time.Duration
 			}
 		}
 	}
-	return func(d time.Duration) (crit, batch *shedCounts) {
+	return func(d time.Duration, critOnly bool) (crit, batch *shedCounts) {
 		crit, batch = &shedCounts{}, &shedCounts{}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() { run("critical", crit, stop) })
-			wg.Go(func() { run("batch", batch, stop) })
+			if !critOnly {
+				wg.Go(func() { run("batch", batch, stop) })
+			}
 		}
 		time.Sleep(d) // the phase's length is what is measured
 		close(stop)
@@ -139,10 +141,10 @@ func TestSheddingPrices(t *testing.T) {
 	// budget admits 10.
 	p, _, addr := shedProxy(t, ", max_units_per_second: 1000", "  max_price: 100\nrequest_units: {fixed: 1, per_row: 0, per_kib: 0, per_ms: 0}\n")
 	var slow atomic.Bool
-	phase := shedLoad(t, addr, &slow)
-	phase(2500 * time.Millisecond)
+	phase := shedLoad(t, addr, func(string) bool { return slow.Load() })
+	phase(2500*time.Millisecond, false)
 	slow.Store(true)
-	crit, batch := phase(1500 * time.Millisecond)
+	crit, batch := phase(1500*time.Millisecond, false)
 	t.Logf("slow node: critical %d ok %d refused; batch %d ok, %d over budget, %d overloaded",
 		crit.ok.Load(), crit.configErr.Load()+crit.overloaded.Load(), batch.ok.Load(), batch.configErr.Load(), batch.overloaded.Load())
 	if n := crit.overloaded.Load() + crit.configErr.Load() + crit.other.Load() + batch.other.Load(); n != 0 {
@@ -190,4 +192,22 @@ shedding:
 		t.Fatal(err)
 	}
 	return p, node, servedOn(t, p)
+}
+
+// A tier whose requests are slower than another's, joining it, is not the
+// node slowing down: each tier's latency is measured against its own.
+func TestSheddingMixChange(t *testing.T) {
+	t.Parallel()
+	p, _, addr := shedProxy(t, "", "")
+	// The batch tier's reads take 20 ms, the critical tier's microseconds.
+	phase := shedLoad(t, addr, func(app string) bool { return app == "batch" })
+	phase(1500*time.Millisecond, true)
+	crit, batch := phase(2500*time.Millisecond, false)
+	t.Logf("batch joins: critical %d ok, batch %d ok %d shed", crit.ok.Load(), batch.ok.Load(), batch.overloaded.Load())
+	if n := batch.overloaded.Load() + crit.overloaded.Load(); n != 0 {
+		t.Errorf("%d requests shed on a healthy node", n)
+	}
+	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("5", "shed")); got != float64(batch.overloaded.Load()) {
+		t.Errorf("%v batch requests counted shed, %d seen", got, batch.overloaded.Load())
+	}
 }
