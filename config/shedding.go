@@ -21,8 +21,9 @@ type SheddingConfig struct {
 	// limits.dry_run.
 	DryRun bool `yaml:"dry_run"`
 	// Error is what a shed request is answered with: "overloaded" (the
-	// protocol's Overloaded, which drivers retry at most once, on another
-	// node, and only idempotent requests) or "config_error" (never retried).
+	// protocol's Overloaded, which drivers resend to another node: the
+	// Python drivers any request, the others only idempotent ones) or
+	// "config_error" (not retried by default). See the README's table.
 	Error string `yaml:"error"`
 	// MaxPrice, over 1, prices instead of refusing: a request of a class
 	// with a budget (clients: max_units_per_second) is forwarded while its

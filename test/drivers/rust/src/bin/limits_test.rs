@@ -1,5 +1,6 @@
-//! Floods one partition through a cqlguard that limits it, with ScyllaDB's
-//! Rust driver, and checks what the driver sees of each refused request.
+//! Floods one partition through a cqlguard that refuses its requests, with
+//! ScyllaDB's Rust driver, and checks what the driver sees of each refused
+//! request.
 //!
 //! The driver opts in to SCYLLA_RATE_LIMIT_ERROR when the proxy advertises
 //! it, so a refused request fails with DbError::RateLimitReached carrying the
@@ -17,17 +18,27 @@
 //! which would resend a request whatever the retry policy says, is off. The
 //! caller also counts the requests the proxy saw.
 //!
+//! A request shed while its node is slow (LIMIT_EXPECT=shed) must be refused
+//! every time with DbError::Overloaded and cqlguard's message for tier
+//! LIMIT_TIER and node LIMIT_NODE. Here the session's policy answers what the
+//! default policy decides, so the driver retries as it does out of the box:
+//! the default policy retries Overloaded on the next node of the query plan
+//! for idempotent statements only, and these are not idempotent, so each
+//! shed request fails at once after one consultation.
+//!
 //! Environment: CQL_HOST, CQL_PORT, CQL_USER, CQL_PASSWORD; LIMIT_KEYSPACE
 //! and LIMIT_TABLE, a table (k int, c int, PRIMARY KEY (k, c)) limited for
 //! reads and writes; LIMIT_KEY, the partition to flood; LIMIT_N, requests
-//! per operation (50); LIMIT_EXPECT, rate_limit (the default), config_error
-//! or class_budget; LIMIT_CLASS, the client class a class_budget refusal
-//! names.
+//! per operation (50); LIMIT_EXPECT, rate_limit (the default), config_error,
+//! class_budget or shed; LIMIT_CLASS, the client class a class_budget
+//! refusal names; LIMIT_TIER and LIMIT_NODE, the tier and node a shed
+//! refusal names.
 //!
 //! Prints the first refusal of each operation, then one JSON line:
 //! {"write": {"accepted": n, "refused": n}, "read": {...}, "retry_consulted":
 //! n, "retry_decisions": n, "seconds": s}, where retry_decisions counts the
-//! retries the default policy would have made; exits 1 on anything
+//! retries the default policy made or would have made; in shed mode also
+//! "surfaced", what each refusal failed with. Exits 1 on anything
 //! unexpected.
 
 use std::sync::{Arc, Mutex};
@@ -46,17 +57,20 @@ use cqlguard_rust_driver_test::{env_or, env_parse, Settings};
 /// decision for it.
 type Consultations = Arc<Mutex<Vec<(String, RetryDecision)>>>;
 
-/// A retry policy that never retries, and records each time the driver
-/// consults it with what the default policy would have decided.
+/// A retry policy that records each time the driver consults it with what
+/// the default policy decided. It never retries, unless obey is set: then it
+/// answers what the default decided.
 #[derive(Debug, Default)]
 struct RecordingRetryPolicy {
     consulted: Consultations,
+    obey: bool,
 }
 
 impl RetryPolicy for RecordingRetryPolicy {
     fn new_session(&self) -> Box<dyn RetrySession> {
         Box::new(RecordingRetrySession {
             consulted: self.consulted.clone(),
+            obey: self.obey,
             default: DefaultRetryPolicy::new().new_session(),
         })
     }
@@ -64,6 +78,7 @@ impl RetryPolicy for RecordingRetryPolicy {
 
 struct RecordingRetrySession {
     consulted: Consultations,
+    obey: bool,
     default: Box<dyn RetrySession>,
 }
 
@@ -71,8 +86,15 @@ impl RetrySession for RecordingRetrySession {
     fn decide_should_retry(&mut self, info: RequestInfo) -> RetryDecision {
         let error = format!("{:?}", info.error);
         let default = self.default.decide_should_retry(info);
-        self.consulted.lock().unwrap().push((error, default));
-        RetryDecision::DontRetry
+        self.consulted
+            .lock()
+            .unwrap()
+            .push((error, default.clone()));
+        if self.obey {
+            default
+        } else {
+            RetryDecision::DontRetry
+        }
     }
 
     fn reset(&mut self) {
@@ -90,14 +112,19 @@ enum Expect {
     RateLimit,
     ConfigError,
     ClassBudget,
+    Shed,
 }
 
-/// Fails unless e is the refusal this driver should see for op.
-fn check_refusal(e: &ExecutionError, op: &str, expect: Expect, message: &str) {
+/// Fails unless e is the refusal this driver should see for op, and returns
+/// what it is.
+fn check_refusal(e: &ExecutionError, op: &str, expect: Expect, message: &str) -> String {
     let ExecutionError::LastAttemptError(RequestAttemptError::DbError(db, msg)) = e else {
         fail(format!("{op}: {e} ({e:?}); want a server error"));
     };
     match (expect, db) {
+        // The driver makes Overloaded of error code 0x1001 and of nothing
+        // else.
+        (Expect::Shed, DbError::Overloaded) => {}
         (
             Expect::RateLimit,
             DbError::RateLimitReached {
@@ -119,16 +146,17 @@ fn check_refusal(e: &ExecutionError, op: &str, expect: Expect, message: &str) {
         (Expect::ConfigError | Expect::ClassBudget, DbError::ConfigError) => {}
         _ => fail(format!(
             "{op}: {db:?}: {msg}; want {}",
-            if expect == Expect::RateLimit {
-                "RateLimitReached"
-            } else {
-                "ConfigError"
+            match expect {
+                Expect::RateLimit => "RateLimitReached",
+                Expect::Shed => "Overloaded",
+                Expect::ConfigError | Expect::ClassBudget => "ConfigError",
             }
         )),
     }
     if !msg.contains(message) {
         fail(format!("{op}: message {msg:?}; want {message:?}"));
     }
+    format!("LastAttemptError(DbError({db:?}))")
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -143,13 +171,17 @@ async fn main() {
         "rate_limit" => Expect::RateLimit,
         "config_error" => Expect::ConfigError,
         "class_budget" => Expect::ClassBudget,
+        "shed" => Expect::Shed,
         other => {
-            eprintln!("LIMIT_EXPECT={other}: want rate_limit, config_error or class_budget");
+            eprintln!("LIMIT_EXPECT={other}: want rate_limit, config_error, class_budget or shed");
             std::process::exit(2)
         }
     };
 
-    let retry = Arc::new(RecordingRetryPolicy::default());
+    let retry = Arc::new(RecordingRetryPolicy {
+        obey: expect == Expect::Shed,
+        ..Default::default()
+    });
     let consulted = retry.consulted.clone();
     let profile = ExecutionProfile::builder()
         .consistency(Consistency::One)
@@ -175,12 +207,19 @@ async fn main() {
 
     let mut json = Vec::new();
     let mut refused_total = 0;
+    let mut surfaced = std::collections::BTreeSet::new();
     let start = Instant::now();
     for op in ["write", "read"] {
-        let message = if expect == Expect::ClassBudget {
-            format!("client class {class} is over its budget")
-        } else {
-            format!("Per-partition rate limit reached for {op} in table {ks}.{table}, rejected by coordinator")
+        let message = match expect {
+            Expect::ClassBudget => format!("client class {class} is over its budget"),
+            Expect::Shed => format!(
+                "cqlguard: request shed, tier {}, while the node {} is slow (shedding); retry later",
+                env_or("LIMIT_TIER", "1"),
+                env_or("LIMIT_NODE", "127.0.0.2:9042")
+            ),
+            Expect::RateLimit | Expect::ConfigError => format!(
+                "Per-partition rate limit reached for {op} in table {ks}.{table}, rejected by coordinator"
+            ),
         };
         let (mut accepted, mut refused) = (0, 0);
         for i in 0..n {
@@ -192,7 +231,7 @@ async fn main() {
             match r {
                 Ok(_) => accepted += 1,
                 Err(e) => {
-                    check_refusal(&e, op, expect, &message);
+                    surfaced.insert(check_refusal(&e, op, expect, &message));
                     if refused == 0 {
                         println!("refused {op}: {e:?}");
                     }
@@ -202,6 +241,9 @@ async fn main() {
         }
         if refused == 0 {
             fail(format!("no {op} was refused ({accepted} accepted)"));
+        }
+        if expect == Expect::Shed && accepted != 0 {
+            fail(format!("{accepted} {op}s were not shed"));
         }
         refused_total += refused;
         json.push(format!(
@@ -216,18 +258,34 @@ async fn main() {
         .iter()
         .filter(|(_, d)| *d != RetryDecision::DontRetry)
         .collect();
+    if expect == Expect::Shed {
+        json.push(format!(
+            "\"surfaced\": \"{}\"",
+            surfaced.iter().cloned().collect::<Vec<_>>().join(" | ")
+        ));
+    }
     println!(
         "{{{}, \"retry_consulted\": {}, \"retry_decisions\": {}, \"seconds\": {seconds:.3}}}",
         json.join(", "),
         consulted.len(),
         would_retry.len()
     );
-    if !would_retry.is_empty() {
-        fail(format!(
-            "the default retry policy would have retried: {would_retry:?}"
-        ));
-    }
-    if consulted.len() != refused_total {
+    // A retry the default decided was made when the policy obeyed it, and
+    // is one more consultation.
+    let retried = if expect == Expect::Shed {
+        if surfaced.len() != 1 {
+            fail(format!("refusals surfaced as {surfaced:?}; want one kind"));
+        }
+        would_retry.len()
+    } else {
+        if !would_retry.is_empty() {
+            fail(format!(
+                "the default retry policy would have retried: {would_retry:?}"
+            ));
+        }
+        0
+    };
+    if consulted.len() != refused_total + retried {
         fail(format!(
             "the retry policy was consulted {} times for {refused_total} refusals: {consulted:?}",
             consulted.len()
