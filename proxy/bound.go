@@ -82,6 +82,16 @@ func (b *bound) takeNow(k int64) bool {
 	return b.tryTake(k, nil)
 }
 
+// takeNowFair is takeNow that leaves the room to the takers already
+// waiting, if any: a taker that arrives as room is given back does not
+// pass them, and its wait is counted as one.
+func (b *bound) takeNowFair(k int64) bool {
+	if b.waiters.Load() > 0 {
+		return false
+	}
+	return b.takeNow(k)
+}
+
 // force takes k whether there is room or not: for what must not wait, and
 // is bounded otherwise.
 func (b *bound) force(k int64) { b.n.Add(k) }

@@ -32,6 +32,8 @@ func (s *session) serveRequests() error {
 				}
 				s.heldLarge = false
 			}
+			// What the next read brings has not waited behind anything.
+			s.queuedSince = 0
 			// The last frame is done with: an idle connection holds
 			// nothing of max_frame_bytes_total.
 			s.fromClient.Release()
@@ -99,14 +101,22 @@ func (s *session) serveRequests() error {
 
 		// Forward. A slot of max_in_flight first: at that bound nothing
 		// more is read from this client until some request is answered.
-		// The request's upstream latency counts from when it has its slot,
-		// so that the node is not blamed for the proxy's own queue.
-		waited := false
-		if !s.p.inflight.takeNow(1) {
-			waited = true
+		// A request behind another that waited for one, in the same read
+		// from the client, has waited inside the proxy since then too:
+		// queuedSince is when. The request's upstream latency counts from
+		// when it has its slot, so that the node is not blamed for the
+		// proxy's own queue.
+		waitedFrom := s.queuedSince
+		if !s.p.inflight.takeNowFair(1) {
+			if waitedFrom == 0 {
+				waitedFrom = now
+				s.queuedSince = now
+			}
 			if !s.p.inflight.takeOr(1, &s.stopped, nil, s.pushQuietly) {
 				return net.ErrClosed
 			}
+		}
+		if waitedFrom != 0 {
 			req.start = s.now()
 		}
 		// The stream is recorded before forwarding so that a fast response
@@ -127,9 +137,12 @@ func (s *session) serveRequests() error {
 		// for room in the upstream's writer, is the shedding queue's
 		// signal; the clock is read only when it waited.
 		if sh := s.p.shedding; sh != nil {
-			if w := s.toUpstream.Waited(); waited || w {
+			switch w := s.toUpstream.Waited(); {
+			case waitedFrom != 0:
+				sh.queue.Observe(waitedFrom, s.now()-waitedFrom)
+			case w:
 				sh.queue.Observe(now, s.now()-now)
-			} else {
+			default:
 				sh.queue.Observe(now, 0)
 			}
 		}

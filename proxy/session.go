@@ -112,6 +112,10 @@ type session struct {
 	// shedding is off, and the request path's random state.
 	node *nodeSignals
 	rng  uint64
+	// queuedSince is when a request of the current read from the client
+	// began to wait for max_in_flight, 0 if none did: the requests read
+	// with it have waited inside the proxy since then at least.
+	queuedSince int64
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {

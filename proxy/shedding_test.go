@@ -211,3 +211,64 @@ func TestSheddingMixChange(t *testing.T) {
 		t.Errorf("%v batch requests counted shed, %d seen", got, batch.overloaded.Load())
 	}
 }
+
+// With max_in_flight saturated, the queue stands: the requests read
+// behind one that waited for a slot have waited inside the proxy since
+// then, and a request arriving as a slot is given back does not pass the
+// ones waiting for it.
+func TestSheddingQueueStands(t *testing.T) {
+	t.Parallel()
+	p, _, addr := shedProxy(t, "", "max_in_flight: 2\n")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			conn := dialRaw(t, addr, 4)
+			conn.startup(map[string]string{"APPLICATION_NAME": "critical"})
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// 8 pipelined reads of 20 ms each, answered two at a time
+				// over all four connections.
+				for i := range 8 {
+					conn.send(int16(i), &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 2", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+				}
+				for range 8 {
+					conn.recv()
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waitUntil(t, "the queue to stand", func() bool {
+		return metricValue(t, p.shedding.standing) > (5 * time.Millisecond).Seconds()
+	})
+}
+
+// takeNowFair leaves room to the takers already waiting for it.
+func TestBoundTakeNowFair(t *testing.T) {
+	t.Parallel()
+	b := newBound(1, func() {})
+	if !b.takeNowFair(1) {
+		t.Fatal("no room in an empty bound")
+	}
+	var stopped atomic.Bool
+	took := make(chan bool)
+	go func() { took <- b.take(1, &stopped, nil) }()
+	waitUntil(t, "a taker to wait", func() bool { return b.waiters.Load() == 1 })
+	b.n.Add(-1) // room, given back without waking the waiter yet
+	if b.takeNowFair(1) {
+		t.Fatal("took the room a waiting taker waits for")
+	}
+	b.give(0)
+	b.wake()
+	if !<-took {
+		t.Fatal("the waiting taker did not take the room")
+	}
+}
