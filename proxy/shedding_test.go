@@ -196,16 +196,26 @@ shedding:
 
 // A tier whose requests are slower than another's, joining it, is not the
 // node slowing down: each tier's latency is measured against its own.
+//
+// Not parallel: this test asserts that a healthy node sheds (nearly)
+// nothing, and the other tests' load would make the node look slow.
 func TestSheddingMixChange(t *testing.T) {
-	t.Parallel()
-	p, _, addr := shedProxy(t, "", "")
+	// Medians, which a loaded test machine's jitter moves less than the
+	// 95th percentiles of the other tests.
+	p, _, addr := shedProxy(t, "", "  quantile: 0.5\n")
 	// The batch tier's reads take 20 ms, the critical tier's microseconds.
 	phase := shedLoad(t, addr, func(app string) bool { return app == "batch" })
 	phase(1500*time.Millisecond, true)
 	crit, batch := phase(2500*time.Millisecond, false)
 	t.Logf("batch joins: critical %d ok, batch %d ok %d shed", crit.ok.Load(), batch.ok.Load(), batch.overloaded.Load())
-	if n := batch.overloaded.Load() + crit.overloaded.Load(); n != 0 {
-		t.Errorf("%d requests shed on a healthy node", n)
+	// Measured against the critical tier's usual, the batch tier's
+	// latency would have nearly all of its requests shed; against its
+	// own, none but what jitter makes of windows this short.
+	if n := crit.overloaded.Load(); n != 0 {
+		t.Errorf("%d critical requests shed", n)
+	}
+	if shed, all := batch.overloaded.Load(), batch.overloaded.Load()+batch.ok.Load(); shed*10 > all {
+		t.Errorf("%d of %d batch requests shed on a healthy node", shed, all)
 	}
 	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("5", "shed")); got != float64(batch.overloaded.Load()) {
 		t.Errorf("%v batch requests counted shed, %d seen", got, batch.overloaded.Load())
