@@ -99,13 +99,22 @@ func (c ControllerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Reserve is how far past the tiers in use pressure may rise: once every
+// tier that may be shed is shed entirely, the signals must be healthy for
+// Reserve x Fall before any of it comes back. Without it, a node that
+// recovers as soon as its least important tier is gone lets that tier
+// back at once, and the trickle slows the node again: shedding would
+// settle just under the top, letting a steady share through.
+const Reserve = 1
+
 // Controller turns the signals into a fraction of requests to shed for
 // each tier. Its state is a pressure, in tiers: at pressure p the least
 // important tier in use has min(p, 1) of its requests shed, the next
 // min(max(p-1, 0), 1), and so on, so that a tier is shed only once every
-// less important one is shed entirely. Pressure rises at one tier per Rise
-// while a signal is unhealthy and falls at one per Fall while all are
-// healthy: each fraction moves by at most one update's worth at a time.
+// less important one is shed entirely; past the tiers in use, up to
+// Reserve more, everything that may be shed is. Pressure rises at one tier
+// per Rise while a signal is unhealthy and falls at one per Fall while all
+// are healthy: each fraction moves by at most one update's worth at a time.
 //
 // Update is meant for one goroutine on a ticker; Fraction and Shed for any
 // number of request paths, without a lock.
@@ -115,7 +124,8 @@ type Controller struct {
 	mu       sync.Mutex
 	used     [MaxTier + 1]bool // the tiers in use; never tier 0
 	rank     [MaxTier + 1]int  // how many tiers in use are less important
-	top      float64           // how many tiers can be shed: pressure's ceiling
+	inUse    float64           // how many tiers in use may be shed
+	top      float64           // inUse and the reserve: pressure's ceiling
 	pressure float64
 	last     int64
 	started  bool
@@ -157,6 +167,10 @@ func (c *Controller) rankTiers() {
 			c.top++
 		}
 	}
+	c.inUse = c.top
+	if c.top > 0 {
+		c.top += Reserve
+	}
 }
 
 // SetTiers changes the tiers in use to tiers, as ControllerConfig.Tiers
@@ -178,11 +192,15 @@ func (c *Controller) SetTiers(tiers []int) {
 	if used == c.used {
 		return
 	}
+	// The reserve is the old tiers'; what stays of the pressure is the
+	// shares of the tiers that stay.
+	p := min(c.pressure, c.inUse)
 	for t := range used {
 		if c.used[t] && !used[t] {
-			c.pressure -= c.fraction(t)
+			p -= c.fraction(t)
 		}
 	}
+	c.pressure = p
 	c.used = used
 	c.rankTiers()
 	c.pressure = min(max(c.pressure, 0), c.top)
@@ -194,7 +212,7 @@ func (c *Controller) fraction(tier int) float64 {
 	if tier <= 0 {
 		return 0
 	}
-	return min(max(c.pressure-float64(c.rank[tier]), 0), 1)
+	return min(max(min(c.pressure, c.inUse)-float64(c.rank[tier]), 0), 1)
 }
 
 // publish stores the pressure and each tier's fraction for the request

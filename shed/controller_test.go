@@ -234,8 +234,8 @@ func TestControllerTiers(t *testing.T) {
 	for at := int64(1600 * time.Millisecond); at <= int64(5*time.Second); at += tick {
 		c.Update(base+at, 0.1, true, false)
 	}
-	if p := c.Pressure(); p != 2 {
-		t.Errorf("pressure %v, want 2, all the tiers in use", p)
+	if p := c.Pressure(); p != 2+Reserve {
+		t.Errorf("pressure %v, want %v, all the tiers in use and the reserve", p, 2+Reserve)
 	}
 	if c.Fraction(0) != 0 || c.Shed(0, 0) || c.Shed(-1, 0) {
 		t.Error("tier 0 shed")
@@ -317,7 +317,7 @@ func TestControllerSetTiers(t *testing.T) {
 	c.SetTiers([]int{0, 5})
 	check("tier 1 gone", 1, map[int]float64{1: 0, 3: 0, 5: 1, 7: 1})
 	rise(time.Second)
-	check("at the ceiling", 1, map[int]float64{5: 1})
+	check("at the ceiling, tier 5 and the reserve", 2, map[int]float64{1: 0, 5: 1})
 	c.SetTiers([]int{0, 1})
 	check("tier 5 gone, tier 1 back", 0, map[int]float64{1: 0, 5: 0})
 	rise(500 * time.Millisecond)

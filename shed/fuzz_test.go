@@ -55,7 +55,7 @@ func FuzzSignals(f *testing.F) {
 					t.Fatalf("tier %d shed %v before tier %d entirely", tier, fr, tier+1)
 				}
 			}
-			if p := c.Pressure(); !(p >= 0 && p <= MaxTier) {
+			if p := c.Pressure(); !(p >= 0 && p <= MaxTier+Reserve) {
 				t.Fatalf("pressure %v", p)
 			}
 		}
