@@ -1,12 +1,8 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,10 +10,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
-	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 )
 
@@ -81,35 +74,8 @@ func (p *countingRetryPolicy) GetRetryType(error) gocql.RetryType {
 // refused.
 func TestClassBudgetEnforced(t *testing.T) {
 	skipUnlessEnabled(t)
-	os.Setenv("CQLGUARD_TEST_PASSWORD", password)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	path := filepath.Join(t.TempDir(), "cqlguard.yaml")
-	if err := os.WriteFile(path, []byte("listen: "+ln.Addr().String()+"\n"+clientsConfig), 0o600); err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	seen := &classLog{watched: map[string]bool{budgetKeyspace: true}, byTable: map[string][]observation{}}
-	reg := prometheus.NewRegistry()
-	p, err := proxy.New(cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), reg, proxy.WithObserver(seen.add))
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-	}()
+	fp := serveFile(t, clientsConfig, budgetKeyspace)
+	cfg, port, reg, seen := fp.cfg, fp.port, fp.reg, fp.seen
 	setup := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) { c.Timeout = 20 * time.Second },
 		"CREATE KEYSPACE IF NOT EXISTS "+budgetKeyspace+" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
 		"CREATE TABLE IF NOT EXISTS "+budgetKeyspace+"."+budgetTable+" (k int, c int, PRIMARY KEY (k, c))",

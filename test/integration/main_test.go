@@ -170,6 +170,49 @@ func startProxy(over config.Config, opts ...proxy.Option) (addr string, stop fun
 	}, nil
 }
 
+// fileProxy is a proxy serving in this process from a configuration file.
+type fileProxy struct {
+	cfg  config.Config
+	port string
+	reg  *prometheus.Registry
+	seen *classLog // the classifications of the watched keyspace's requests
+}
+
+// serveFile runs a proxy, until the test ends, from a configuration file
+// holding a listen line on a free port and then body, loaded as cqlguard
+// loads it, watching the requests of keyspace watched.
+func serveFile(t *testing.T, body, watched string) *fileProxy {
+	t.Helper()
+	os.Setenv("CQLGUARD_TEST_PASSWORD", password)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &fileProxy{reg: prometheus.NewRegistry(), seen: &classLog{watched: map[string]bool{watched: true}, byTable: map[string][]observation{}}}
+	_, fp.port, _ = net.SplitHostPort(ln.Addr().String())
+	path := filepath.Join(t.TempDir(), "cqlguard.yaml")
+	if err := os.WriteFile(path, []byte("listen: "+ln.Addr().String()+"\n"+body), 0o600); err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	if fp.cfg, err = config.Load(path); err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	p, err := proxy.New(fp.cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), fp.reg, proxy.WithObserver(fp.seen.add))
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.Shutdown(ctx)
+	})
+	return fp
+}
+
 // sessionThrough opens a gocql session on addr, one connection, as the test
 // cluster's superuser, with edit's changes to the settings, and runs stmts
 // (keyspaces and tables) on it.

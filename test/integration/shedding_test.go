@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,10 +14,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
-	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 )
 
@@ -98,35 +93,8 @@ type shedCounts struct {
 // Tier 0 must never be shed.
 func TestShedDrivers(t *testing.T) {
 	skipUnlessEnabled(t)
-	os.Setenv("CQLGUARD_TEST_PASSWORD", password)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	path := filepath.Join(t.TempDir(), "cqlguard.yaml")
-	if err := os.WriteFile(path, []byte("listen: "+ln.Addr().String()+"\n"+shedConfig), 0o600); err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	seen := &classLog{watched: map[string]bool{shedKeyspace: true}, byTable: map[string][]observation{}}
-	reg := prometheus.NewRegistry()
-	p, err := proxy.New(cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), reg, proxy.WithObserver(seen.add))
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-	}()
+	fp := serveFile(t, shedConfig, shedKeyspace)
+	cfg, port, reg, seen := fp.cfg, fp.port, fp.reg, fp.seen
 
 	// The schema is made by the critical class: a batch connection's DDL
 	// could be shed once the flood runs.
