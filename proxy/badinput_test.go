@@ -563,7 +563,9 @@ func TestBadInput(t *testing.T) {
 			if !maps.Equal(got, want) {
 				t.Errorf("cqlguard_protocol_errors_total went from %v to %v, want %v", before, got, want)
 			}
-			if n := testutil.ToFloat64(p.p.metrics.upstreamDialErr) - dials; n != tt.dialErrors {
+			// The proxy's health checks dial too, every 2 s: with no node,
+			// one of them may fail meanwhile.
+			if n := testutil.ToFloat64(p.p.metrics.upstreamDialErr) - dials; n < tt.dialErrors || tt.dialErrors == 0 && n != 0 {
 				t.Errorf("%v upstream dial errors counted, want %v", n, tt.dialErrors)
 			}
 

@@ -10,6 +10,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/shed"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -196,30 +197,42 @@ shedding:
 }
 
 // A tier whose requests are slower than another's, joining it, is not the
-// node slowing down: each tier's latency is measured against its own.
-//
-// Not parallel: this test asserts that a healthy node sheds (nearly)
-// nothing, and the other tests' load would make the node look slow.
-func TestSheddingMixChange(t *testing.T) {
-	// Medians, which a loaded test machine's jitter moves less than the
-	// 95th percentiles of the other tests.
-	p, _, addr := shedProxy(t, "", "  quantile: 0.5\n")
-	// The batch tier's reads take 20 ms, the critical tier's microseconds.
-	phase := shedLoad(t, addr, func(app string) bool { return app == "batch" })
-	phase(1500*time.Millisecond, true)
-	crit, batch := phase(2500*time.Millisecond, false)
-	t.Logf("batch joins: critical %d ok, batch %d ok %d shed", crit.ok.Load(), batch.ok.Load(), batch.overloaded.Load())
-	// Measured against the critical tier's usual, the batch tier's
-	// latency would have nearly all of its requests shed; against its
-	// own, none but what jitter makes of windows this short.
-	if n := crit.overloaded.Load(); n != 0 {
-		t.Errorf("%d critical requests shed", n)
+// node slowing down: each tier's latency is measured against its own, on
+// a clock of the test's.
+func TestNodeSignalsPerTier(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default().Shedding
+	cfg.ShortWindow, cfg.LongWindow, cfg.MinSamples = config.Duration(100*time.Millisecond), config.Duration(2*time.Second), 10
+	perTier := &nodeSignals{cfg: cfg.Latency()}
+	oneLatency := &nodeSignals{cfg: cfg.Latency()} // every tier's latency as tier 0's
+	const ms = int64(time.Millisecond)
+	base := int64(1e12)
+	at := base
+	// Tier 0 alone for 3 s: 0.3 ms reads, 1,000 a second.
+	for ; at < base+3000*ms; at += ms {
+		perTier.observe(0, at, 3*ms/10)
+		oneLatency.observe(0, at, 3*ms/10)
 	}
-	if shed, all := batch.overloaded.Load(), batch.overloaded.Load()+batch.ok.Load(); shed*10 > all {
-		t.Errorf("%d of %d batch requests shed on a healthy node", shed, all)
+	// Tier 5 joins with 20 ms reads, 200 a second, for 2 s.
+	lowest, lowestOne := 1.0, 1.0
+	for ; at < base+5000*ms; at += ms {
+		perTier.observe(0, at, 3*ms/10)
+		oneLatency.observe(0, at, 3*ms/10)
+		if at%(5*ms) == 0 {
+			perTier.observe(5, at, 20*ms)
+			oneLatency.observe(0, at, 20*ms)
+		}
+		if at%(50*ms) == 0 {
+			if r, ok := perTier.ratio(at); ok {
+				lowest = min(lowest, r)
+			}
+			if r, ok := oneLatency.ratio(at); ok {
+				lowestOne = min(lowestOne, r)
+			}
+		}
 	}
-	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("5", "shed")); got != float64(batch.overloaded.Load()) {
-		t.Errorf("%v batch requests counted shed, %d seen", got, batch.overloaded.Load())
+	if ratioBelow := shed.DefaultRatioBelow; lowest < ratioBelow || lowestOne >= ratioBelow {
+		t.Errorf("lowest ratio %.3f per tier, %.3f over every request; want the first at least %v, the second under it", lowest, lowestOne, ratioBelow)
 	}
 }
 
