@@ -28,8 +28,11 @@ import (
 // through an interval in which some request did not wait, which happens
 // when a slot comes free as a connection reads its next request: such an
 // update gives back 50 ms over ten years, 2e-10 of a tier, and the next
-// standing interval takes it again. The test is of what drivers do with a
-// shed request, not of how the controller moves.
+// standing interval takes it again. Connections from 127.0.0.4 are of
+// class primer, tier 4: shedding counts only the tiers that send requests,
+// and the primer's few keep one in use that tier 5, unused between
+// drivers, is shed like. The test is of what drivers do with a shed
+// request, not of how the controller moves.
 const shedConfig = `upstreams: [` + cassandraAddr + `]
 admin: {listen: ""}
 schema: {username: cassandra, password_env: CQLGUARD_TEST_PASSWORD}
@@ -37,12 +40,14 @@ max_in_flight: 2
 clients:
   classes:
     - {name: critical, tier: 0, match: {addresses: [` + shedCriticalHost + `/32]}}
+    - {name: primer, tier: 4, match: {addresses: [` + shedPrimerHost + `/32]}}
   default: {name: batch, tier: 5}
 shedding: {enabled: true, queue_target: 50us, queue_interval: 100ms, rise: 200ms, fall: 87600h, update_every: 50ms}
 `
 
 const (
 	shedCriticalHost = "127.0.0.3"
+	shedPrimerHost   = "127.0.0.4"
 	shedKeyspace     = "cqlguard_shed"
 	shedTable        = "bulk" // the batch class's; batch is a CQL keyword
 	shedTier         = 5
@@ -142,6 +147,26 @@ func TestShedDrivers(t *testing.T) {
 			}
 		}()
 	}
+	// The primer: a read every 20 ms from tier 4, shed or not, so that a
+	// tier that tier 5 is shed like is in use before any driver runs.
+	primer := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) {
+		c.Timeout = 20 * time.Second
+		c.Dialer = &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(shedPrimerHost)}}
+	})
+	defer primer.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			primer.Query("SELECT c FROM " + shedKeyspace + ".critical WHERE k = 1 LIMIT 1").Exec()
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	}()
 	floodStart := time.Now()
 	defer func() {
 		stopFlood()
