@@ -69,12 +69,20 @@ func TestShedding(t *testing.T) {
 	if got := metricValue(t, p.shedding.shedTotal.WithLabelValues("5", "shed")); got != float64(shedHealthy+batch.overloaded.Load()) {
 		t.Errorf("shed counted %v, the batch clients saw %d", got, shedHealthy+batch.overloaded.Load())
 	}
-	// The node is well again: shedding falls.
+	// The node is well again: shedding falls, until a phase of the batch
+	// tier is answered, but for what jitter sheds on a healthy node (see
+	// above), at least nine times in ten. How soon depends on the
+	// machine: a loaded one's jitter holds the ratio where shedding holds.
 	slow.Store(false)
-	crit, batch = phase(1500*time.Millisecond, false)
-	t.Logf("recovered: critical %d ok %d shed, batch %d ok %d shed", crit.ok.Load(), crit.overloaded.Load(), batch.ok.Load(), batch.overloaded.Load())
-	if batch.ok.Load() <= batch.overloaded.Load() {
-		t.Errorf("after the node recovered, batch got %d answers and %d refusals", batch.ok.Load(), batch.overloaded.Load())
+	for deadline, phases := time.Now().Add(30*time.Second), 1; ; phases++ {
+		crit, batch = phase(300*time.Millisecond, false)
+		if batch.ok.Load() > 9*batch.overloaded.Load() {
+			t.Logf("recovered after %d phases of 300 ms: critical %d ok, batch %d ok", phases, crit.ok.Load(), batch.ok.Load())
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the node recovered, batch still got %d answers and %d refusals in 300 ms", batch.ok.Load(), batch.overloaded.Load())
+		}
 	}
 }
 
