@@ -125,7 +125,6 @@ type Controller struct {
 	used     [MaxTier + 1]bool // the tiers in use; never tier 0
 	rank     [MaxTier + 1]int  // how many tiers in use are less important
 	inUse    float64           // how many tiers in use may be shed
-	top      float64           // inUse and the reserve: pressure's ceiling
 	pressure float64
 	last     int64
 	started  bool
@@ -153,9 +152,9 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	return c, nil
 }
 
-// rankTiers sets rank and top from used.
+// rankTiers sets rank and inUse from used.
 func (c *Controller) rankTiers() {
-	c.top = 0
+	c.inUse = 0
 	for t := range c.rank {
 		c.rank[t] = 0
 		for u := t + 1; u <= MaxTier; u++ {
@@ -164,12 +163,8 @@ func (c *Controller) rankTiers() {
 			}
 		}
 		if c.used[t] {
-			c.top++
+			c.inUse++
 		}
-	}
-	c.inUse = c.top
-	if c.top > 0 {
-		c.top += Reserve
 	}
 }
 
@@ -203,8 +198,17 @@ func (c *Controller) SetTiers(tiers []int) {
 	c.pressure = p
 	c.used = used
 	c.rankTiers()
-	c.pressure = min(max(c.pressure, 0), c.top)
+	c.pressure = min(max(c.pressure, 0), c.ceiling())
 	c.publish()
+}
+
+// ceiling is the highest the pressure goes: the tiers in use that may be
+// shed, and the reserve once there is one.
+func (c *Controller) ceiling() float64 {
+	if c.inUse == 0 {
+		return 0
+	}
+	return c.inUse + Reserve
 }
 
 // fraction is tier's share of the pressure. c.mu is held.
@@ -248,7 +252,7 @@ func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bo
 	case well:
 		c.pressure -= float64(dt) / float64(c.cfg.Fall)
 	}
-	c.pressure = min(max(c.pressure, 0), c.top)
+	c.pressure = min(max(c.pressure, 0), c.ceiling())
 	c.publish()
 }
 
