@@ -173,32 +173,10 @@ func TestClassBudgetEnforced(t *testing.T) {
 		defer s.Close()
 		var res budgetRun
 		requests, refusals := delta(t, func() {
-			start := time.Now()
-			for _, op := range []struct {
-				name   string
-				stmt   string
-				counts *struct{ Accepted, Refused int }
-			}{
-				{"write", "INSERT INTO " + budgetKeyspace + "." + budgetTable + " (k, c) VALUES (50, ?)", &res.Write},
-				{"read", "SELECT c FROM " + budgetKeyspace + "." + budgetTable + " WHERE k = 50 AND c = ?", &res.Read},
-			} {
-				for i := range n {
-					err := s.Query(op.stmt, i).Exec()
-					var cfgErr *gocql.RequestErrConfig
-					switch {
-					case err == nil:
-						op.counts.Accepted++
-					case errors.As(err, &cfgErr) && cfgErr.Message() == want:
-						if op.counts.Refused == 0 {
-							t.Logf("refused %s: %T: %v", op.name, err, err)
-						}
-						op.counts.Refused++
-					default:
-						t.Fatalf("%s: %T: %v; want *gocql.RequestErrConfig: %s", op.name, err, err, want)
-					}
-				}
-			}
-			res.Seconds = time.Since(start).Seconds()
+			res.Seconds = floodGocql(t, s, budgetKeyspace+"."+budgetTable, n, &res.Write, &res.Read, func(_ string, err error) bool {
+				var cfgErr *gocql.RequestErrConfig
+				return errors.As(err, &cfgErr) && cfgErr.Message() == want
+			}, "*gocql.RequestErrConfig: "+want)
 		})
 		res.RetryDecisions = int(retry.consulted.Load())
 		check(t, res, requests, refusals)

@@ -213,6 +213,39 @@ func serveFile(t *testing.T, body, watched string) *fileProxy {
 	return fp
 }
 
+// floodGocql sends n writes and then n reads of partition 50 of table
+// (k int, c int) through s, counting into write and read the requests
+// answered and those refused, the errors refused accepts; any other error
+// fails the test, which names want. It returns how long the flood took.
+func floodGocql(t *testing.T, s *gocql.Session, table string, n int, write, read *struct{ Accepted, Refused int },
+	refused func(op string, err error) bool, want string) (seconds float64) {
+	t.Helper()
+	start := time.Now()
+	for _, op := range []struct {
+		name   string
+		stmt   string
+		counts *struct{ Accepted, Refused int }
+	}{
+		{"write", "INSERT INTO " + table + " (k, c) VALUES (50, ?)", write},
+		{"read", "SELECT c FROM " + table + " WHERE k = 50 AND c = ?", read},
+	} {
+		for i := range n {
+			switch err := s.Query(op.stmt, i).Exec(); {
+			case err == nil:
+				op.counts.Accepted++
+			case refused(op.name, err):
+				if op.counts.Refused == 0 {
+					t.Logf("refused %s: %T: %v", op.name, err, err)
+				}
+				op.counts.Refused++
+			default:
+				t.Fatalf("%s: %T: %v; want %s", op.name, err, err, want)
+			}
+		}
+	}
+	return time.Since(start).Seconds()
+}
+
 // sessionThrough opens a gocql session on addr, one connection, as the test
 // cluster's superuser, with edit's changes to the settings, and runs stmts
 // (keyspaces and tables) on it.

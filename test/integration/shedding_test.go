@@ -302,37 +302,18 @@ func TestShedDrivers(t *testing.T) {
 		defer s.Close()
 		var res shedRun
 		c := delta(t, func() {
-			start := time.Now()
-			for _, op := range []struct {
-				name   string
-				stmt   string
-				counts *struct{ Accepted, Refused int }
-			}{
-				{"write", "INSERT INTO " + shedKeyspace + "." + shedTable + " (k, c) VALUES (50, ?)", &res.Write},
-				{"read", "SELECT c FROM " + shedKeyspace + "." + shedTable + " WHERE k = 50 AND c = ?", &res.Read},
-			} {
-				for i := range n {
-					err := s.Query(op.stmt, i).Exec()
-					var over *gocql.RequestErrOverloaded
-					switch {
-					case err == nil:
-						op.counts.Accepted++
-					case errors.As(err, &over) && over.Code() == gocql.ErrCodeOverloaded && over.Message() == want:
-						if op.counts.Refused == 0 {
-							t.Logf("refused %s: %T: %v", op.name, err, err)
-						}
-						if got := fmt.Sprintf("%T", err); res.Surfaced == "" {
-							res.Surfaced = got
-						} else if got != res.Surfaced {
-							t.Errorf("%s: refused with %s, and earlier %s", op.name, got, res.Surfaced)
-						}
-						op.counts.Refused++
-					default:
-						t.Fatalf("%s: %T: %v; want *gocql.RequestErrOverloaded: %s", op.name, err, err, want)
-					}
+			res.Seconds = floodGocql(t, s, shedKeyspace+"."+shedTable, n, &res.Write, &res.Read, func(op string, err error) bool {
+				var over *gocql.RequestErrOverloaded
+				if !errors.As(err, &over) || over.Code() != gocql.ErrCodeOverloaded || over.Message() != want {
+					return false
 				}
-			}
-			res.Seconds = time.Since(start).Seconds()
+				if got := fmt.Sprintf("%T", err); res.Surfaced == "" {
+					res.Surfaced = got
+				} else if got != res.Surfaced {
+					t.Errorf("%s: refused with %s, and earlier %s", op, got, res.Surfaced)
+				}
+				return true
+			}, "*gocql.RequestErrOverloaded: "+want)
 		})
 		res.RetryConsulted = int(retry.consulted.Load())
 		check(t, res, c, "*gocql.RequestErrOverloaded", 0, 0)
