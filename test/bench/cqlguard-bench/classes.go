@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,7 +11,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -40,7 +38,7 @@ import (
 // what one cost alone), and plots them per second.
 type classesExp struct {
 	nodeRun
-	widePartitions, wideRows, rowBytes int
+	wide                               wideTable
 	lightRate, heavyRate               float64
 	lightConcurrency, heavyConcurrency int
 	aloneConcurrency                   int
@@ -56,9 +54,7 @@ func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("classes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.flags(fs, "the light class", "classes.png", 15*time.Second)
-	fs.IntVar(&c.widePartitions, "wide-partitions", 16, "partitions of bench.wide the heavy class reads whole, written first")
-	fs.IntVar(&c.wideRows, "wide-rows", 256, "rows of each partition of bench.wide")
-	fs.IntVar(&c.rowBytes, "row-bytes", 1024, "size of each row's value in bench.wide")
+	c.wide.flags(fs, "the heavy class")
 	fs.Float64Var(&c.lightRate, "light-rate", 20000, "reads a second the light class offers through cqlguard, kept when refused")
 	fs.Float64Var(&c.heavyRate, "heavy-rate", 2000, "reads a second the heavy class offers through cqlguard, kept when refused")
 	fs.IntVar(&c.lightConcurrency, "light-concurrency", 32, "requests in flight per connection of the light class through cqlguard, at most")
@@ -84,8 +80,8 @@ func runClasses(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if c.requestBudget <= 0 || c.unitBudget <= 0 {
 		return errors.New("classes: -request-budget and -unit-budget must be positive")
 	}
-	if c.widePartitions < 1 || c.wideRows < 1 || c.rowBytes < 0 {
-		return errors.New("classes: -wide-partitions and -wide-rows must be positive, -row-bytes not negative")
+	if err := c.wide.validate(); err != nil {
+		return fmt.Errorf("classes: %w", err)
 	}
 	return c.inTempDir("classes", func() error { return c.run(ctx) })
 }
@@ -163,7 +159,7 @@ func (c *classesExp) spec(i int) load.Spec {
 	if i == light {
 		s.Keys, s.Rate, s.Concurrency = c.keys, c.lightRate, c.lightConcurrency
 	} else {
-		s.Keys, s.Rate, s.Concurrency = uint64(c.widePartitions), c.heavyRate, c.heavyConcurrency
+		s.Keys, s.Rate, s.Concurrency = uint64(c.wide.partitions), c.heavyRate, c.heavyConcurrency
 	}
 	return s
 }
@@ -192,7 +188,7 @@ func (c *classesExp) run(ctx context.Context) error {
 		return err
 	}
 	defer node.Close()
-	if err := c.createTables(ctx, node); err != nil {
+	if err := c.createTables(ctx, node, c.wide); err != nil {
 		return err
 	}
 	px, cfgPath, err := startCqlguard(ctx, c.cqlguard, c.dir, c.config(false), c.proxyAddr())
@@ -283,84 +279,6 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// connect opens a session to the node itself, for the tables and the
-// node's counts: it is no client of cqlguard's.
-func (c *classesExp) connect() (*gocql.Session, error) {
-	cluster := gocql.NewCluster(c.upstream)
-	cluster.Authenticator = gocql.PasswordAuthenticator{Username: c.user, Password: c.password}
-	cluster.NumConns, cluster.Timeout, cluster.ConnectTimeout = 1, 10*time.Second, 10*time.Second
-	s, err := cluster.CreateSession()
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the node %s: %w", c.upstream, err)
-	}
-	return s, nil
-}
-
-// createTables creates bench.kv and bench.wide, writes bench.wide's
-// partitions whole and bench.kv's rows for the preload's time.
-func (c *classesExp) createTables(ctx context.Context, s *gocql.Session) error {
-	for _, q := range []string{
-		"CREATE KEYSPACE IF NOT EXISTS bench WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
-		"CREATE TABLE IF NOT EXISTS bench.kv (k bigint PRIMARY KEY, v blob)",
-		"CREATE TABLE IF NOT EXISTS bench.wide (k bigint, c int, v blob, PRIMARY KEY (k, c))",
-	} {
-		if err := s.Query(q).ExecContext(ctx); err != nil {
-			return fmt.Errorf("%s: %w", q, err)
-		}
-	}
-	fmt.Fprintf(c.stderr, "writing bench.wide: %d partitions of %d rows of %d bytes\n", c.widePartitions, c.wideRows, c.rowBytes)
-	type row struct {
-		k int64
-		c int
-	}
-	rows := make(chan row)
-	errs := make(chan error, 16)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			v := make([]byte, c.rowBytes)
-			for r := range rows {
-				rand.Read(v)
-				if err := s.Query("INSERT INTO bench.wide (k, c, v) VALUES (?, ?, ?)", r.k, r.c, v).ExecContext(ctx); err != nil {
-					errs <- fmt.Errorf("writing bench.wide: %w", err)
-					return
-				}
-			}
-		}()
-	}
-	var werr error
-fill:
-	for k := range c.widePartitions {
-		for i := range c.wideRows {
-			select {
-			case rows <- row{int64(k), i}:
-			case werr = <-errs:
-				break fill
-			}
-		}
-	}
-	close(rows)
-	wg.Wait()
-	if werr != nil {
-		return werr
-	}
-	select {
-	case err := <-errs:
-		return err
-	default:
-	}
-	fmt.Fprintf(c.stderr, "writing bench.kv's rows for %v\n", c.preload)
-	pre := load.DefaultSpec()
-	pre.Name, pre.Addr, pre.Username, pre.Password = "preload", c.upstream, c.user, c.password
-	pre.Op, pre.Keys, pre.Conns, pre.Concurrency = load.Write, c.keys, 2, 64
-	if _, err := load.Run(ctx, []load.Spec{pre}, load.Options{Duration: c.preload}); err != nil {
-		return fmt.Errorf("writing bench.kv: %w", err)
-	}
-	return nil
 }
 
 // idleCPU is the node's CPU, in milliseconds a second, with no load from
@@ -612,7 +530,7 @@ func (p phaseResult) share(i int) float64 {
 
 func (r classesResult) write(w io.Writer, c *classesExp) {
 	fmt.Fprintf(w, "Light: single-row reads of bench.kv (%d partitions). Heavy: whole-partition reads of bench.wide (%d partitions of %d rows of %d bytes).\n",
-		c.keys, c.widePartitions, c.wideRows, c.rowBytes)
+		c.keys, c.wide.partitions, c.wide.rows, c.wide.rowBytes)
 	fmt.Fprintf(w, "Alone: each class straight to the node, %d connections of %d requests in flight. Through cqlguard: light offers %.0f/s, heavy %.0f/s.\n",
 		c.conns, c.aloneConcurrency, c.lightRate, c.heavyRate)
 	fmt.Fprintf(w, "Prices: %q every request 1 RU; %q fixed %g, per_row %g, per_kib %g, per_ms %g.\n\n",

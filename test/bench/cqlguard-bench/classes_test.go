@@ -21,7 +21,7 @@ import (
 // they load, and plots a PNG.
 func TestClassesSummary(t *testing.T) {
 	t.Parallel()
-	c := &classesExp{requestBudget: 200, unitBudget: 2000, widePartitions: 4, wideRows: 256, rowBytes: 1024, units: priceFlags{fixed: 1, perRow: 0.1, perKiB: 0.25}, nodeRun: nodeRun{phase: 10 * time.Second, keys: 100, upstream: "127.0.0.2:9042", out: filepath.Join(t.TempDir(), "plots", "classes.png")}}
+	c := &classesExp{requestBudget: 200, unitBudget: 2000, wide: wideTable{partitions: 4, rows: 256, rowBytes: 1024}, units: priceFlags{fixed: 1, perRow: 0.1, perKiB: 0.25}, nodeRun: nodeRun{phase: 10 * time.Second, keys: 100, upstream: "127.0.0.2:9042", out: filepath.Join(t.TempDir(), "plots", "classes.png")}}
 	const idle = 20.0
 	// Per phase: each class's answered requests a second, its request
 	// units a second, and the node's CPU in ms a second. A light read
@@ -137,7 +137,7 @@ func TestClassesWithoutCPU(t *testing.T) {
 // name and their budgets, and the prices of its phase.
 func TestClassesConfig(t *testing.T) {
 	t.Parallel()
-	c := &classesExp{requestBudget: 150, unitBudget: 2500, widePartitions: 4, lightConcurrency: 8, heavyConcurrency: 4, units: priceFlags{fixed: 1, perRow: 0.05, perKiB: 0.5, perMs: 0}, nodeRun: nodeRun{upstream: "127.0.0.2:9042", keys: 100, conns: 2}}
+	c := &classesExp{requestBudget: 150, unitBudget: 2500, wide: wideTable{partitions: 4}, lightConcurrency: 8, heavyConcurrency: 4, units: priceFlags{fixed: 1, perRow: 0.05, perKiB: 0.5, perMs: 0}, nodeRun: nodeRun{upstream: "127.0.0.2:9042", keys: 100, conns: 2}}
 	for _, requests := range []bool{true, false} {
 		path := filepath.Join(t.TempDir(), "cqlguard.yaml")
 		if err := os.WriteFile(path, []byte(c.config(requests)), 0o600); err != nil {

@@ -36,7 +36,7 @@ import (
 // per second.
 type sheddingExp struct {
 	nodeRun
-	widePartitions, wideRows, rowBytes         int
+	wide                                       wideTable
 	interactiveRate, lightBatchRate, batchRate float64
 	interactiveConcurrency                     int
 	batchConcurrency                           int
@@ -49,9 +49,7 @@ func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := flag.NewFlagSet("shedding", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	e.flags(fs, "the interactive class", "shedding.png", 10*time.Second)
-	fs.IntVar(&e.widePartitions, "wide-partitions", 16, "partitions of bench.wide the batch class reads whole, written first")
-	fs.IntVar(&e.wideRows, "wide-rows", 256, "rows of each partition of bench.wide")
-	fs.IntVar(&e.rowBytes, "row-bytes", 1024, "size of each row's value in bench.wide")
+	e.wide.flags(fs, "the batch class")
 	fs.Float64Var(&e.interactiveRate, "interactive-rate", 5000, "reads a second the interactive class offers, well under what the node answers alone")
 	fs.IntVar(&e.interactiveConcurrency, "interactive-concurrency", 64, "requests in flight per connection of the interactive class, at most")
 	// The node answered about 2,100 whole-partition reads a second at
@@ -152,7 +150,7 @@ func (e *sheddingExp) spec(i int) load.Spec {
 	if i == interactive {
 		s.Table, s.Keys, s.Rate, s.Concurrency = "kv", e.keys, e.interactiveRate, e.interactiveConcurrency
 	} else {
-		s.Table, s.Keys, s.Rate, s.Concurrency = "wide", uint64(e.widePartitions), e.batchRate, e.batchConcurrency
+		s.Table, s.Keys, s.Rate, s.Concurrency = "wide", uint64(e.wide.partitions), e.batchRate, e.batchConcurrency
 	}
 	return s
 }
@@ -176,12 +174,11 @@ func (e *sheddingExp) run(ctx context.Context) error {
 		defer restore()
 	}
 	// The tables are those of the client classes experiment.
-	tables := &classesExp{widePartitions: e.widePartitions, wideRows: e.wideRows, rowBytes: e.rowBytes, nodeRun: nodeRun{upstream: e.upstream, user: e.user, password: e.password, keys: e.keys, preload: e.preload, stderr: e.stderr}}
-	node, err := tables.connect()
+	node, err := e.connect()
 	if err != nil {
 		return err
 	}
-	err = tables.createTables(ctx, node)
+	err = e.createTables(ctx, node, e.wide)
 	node.Close()
 	if err != nil {
 		return err
@@ -532,7 +529,7 @@ func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
 	fmt.Fprintf(w, "Interactive (tier 0): single-row reads of bench.kv (%d partitions) offered at %.0f/s, %d connections of at most %d in flight.\n",
 		e.keys, e.interactiveRate, e.conns, e.interactiveConcurrency)
 	fmt.Fprintf(w, "Batch (tier 5): whole-partition reads of bench.wide (%d partitions of %d rows of %d bytes), %d connections of at most %d in flight, offered at %.0f/s in the light-batch phase and at %s in the heavy-batch phase.\n",
-		e.widePartitions, e.wideRows, e.rowBytes, e.conns, e.batchConcurrency, e.lightBatchRate, orDash(e.batchRate > 0, "%.0f/s", e.batchRate))
+		e.wide.partitions, e.wide.rows, e.wide.rowBytes, e.conns, e.batchConcurrency, e.lightBatchRate, orDash(e.batchRate > 0, "%.0f/s", e.batchRate))
 	fmt.Fprintf(w, "Phases of %v, the first %v of each left out; p50 and p99 are means of the seconds' percentiles; shed requests are answered with Config_error (refused).\n", e.phase, settle)
 	fmt.Fprintf(w, "Tiers shed: those in use, which sent a request in the last 10 s (at start every class's, the default class's %d among them).\n\n", config.DefaultTier)
 	fmt.Fprintf(w, "| half | phase | interactive answered/s | interactive p50 | interactive p99 (median second) | interactive refused/s | batch answered/s | batch refused/s | batch failed/s | shed/s tier 0 | shed/s tier 5 | latency ratio mean (min) | pressure tiers max |\n")

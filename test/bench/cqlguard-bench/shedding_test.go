@@ -21,7 +21,7 @@ import (
 // writes its configurations so that they load, and plots a PNG.
 func TestSheddingSummary(t *testing.T) {
 	t.Parallel()
-	e := &sheddingExp{widePartitions: 4, wideRows: 256, rowBytes: 1024, interactiveRate: 1000, lightBatchRate: 50, batchRate: 800, interactiveConcurrency: 8, batchConcurrency: 4, nodeRun: nodeRun{phase: 10 * time.Second, keys: 100, conns: 2, out: filepath.Join(t.TempDir(), "plots", "shedding.png")}}
+	e := &sheddingExp{wide: wideTable{partitions: 4, rows: 256, rowBytes: 1024}, interactiveRate: 1000, lightBatchRate: 50, batchRate: 800, interactiveConcurrency: 8, batchConcurrency: 4, nodeRun: nodeRun{phase: 10 * time.Second, keys: 100, conns: 2, out: filepath.Join(t.TempDir(), "plots", "shedding.png")}}
 	// Per half and phase: the interactive class's answered requests a
 	// second and p99, the batch class's answered and shed a second, and
 	// the latency ratio and pressure (NaN without shedding).
@@ -200,7 +200,7 @@ func TestSheddingHealthyCheck(t *testing.T) {
 // the heavy rate from the third.
 func TestSheddingConfig(t *testing.T) {
 	t.Parallel()
-	e := &sheddingExp{widePartitions: 4, interactiveRate: 500, lightBatchRate: 50, batchRate: 800, interactiveConcurrency: 8, batchConcurrency: 4, shortWindow: time.Second, longWindow: 20 * time.Second, nodeRun: nodeRun{upstream: "127.0.0.2:9042", keys: 100, conns: 2, phase: 10 * time.Second}}
+	e := &sheddingExp{wide: wideTable{partitions: 4}, interactiveRate: 500, lightBatchRate: 50, batchRate: 800, interactiveConcurrency: 8, batchConcurrency: 4, shortWindow: time.Second, longWindow: 20 * time.Second, nodeRun: nodeRun{upstream: "127.0.0.2:9042", keys: 100, conns: 2, phase: 10 * time.Second}}
 	for _, on := range []bool{false, true} {
 		path := filepath.Join(t.TempDir(), "cqlguard.yaml")
 		if err := os.WriteFile(path, []byte(e.config(on)), 0o600); err != nil {
