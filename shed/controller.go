@@ -32,8 +32,12 @@ type ControllerConfig struct {
 	RatioBelow float64
 	// RatioRecover is the latency ratio from which the node is well again
 	// and shedding falls, if the queue is not standing either. Between
-	// RatioBelow and RatioRecover shedding holds where it is, so that it
-	// settles where it is enough instead of swinging. DefaultRatioRecover.
+	// RatioBelow and RatioRecover, shedding that has not started does not
+	// start, and shedding under way goes on rising: it starts only on a
+	// clear slowdown, and once started it stops only when the node is back
+	// near its usual, instead of settling where the node is slow but not
+	// slow enough to rise, letting a share of a tier through that keeps
+	// it so. DefaultRatioRecover.
 	RatioRecover float64
 	// Rise is how long an unhealthy signal takes to shed one more tier
 	// entirely, from none of its requests to all. DefaultRise.
@@ -107,14 +111,29 @@ func (c ControllerConfig) Validate() error {
 // settle just under the top, letting a steady share through.
 const Reserve = 1
 
+// MaxBackoff is how many times slower than Fall pressure falls at most,
+// after recoveries that failed: see Controller.
+const MaxBackoff = 8
+
 // Controller turns the signals into a fraction of requests to shed for
 // each tier. Its state is a pressure, in tiers: at pressure p the least
-// important tier in use has min(p, 1) of its requests shed, the next
+// important tier in use has a share min(p, 1) of the pressure, the next
 // min(max(p-1, 0), 1), and so on, so that a tier is shed only once every
 // less important one is shed entirely; past the tiers in use, up to
-// Reserve more, everything that may be shed is. Pressure rises at one tier
+// Reserve more, everything that may be shed is. A tier's fraction shed is
+// its share up to one half; above, what it lets through shrinks as the
+// cube of the share it has left (see Curve). Pressure rises at one tier
 // per Rise while a signal is unhealthy and falls at one per Fall while all
-// are healthy: each fraction moves by at most one update's worth at a time.
+// are healthy: each fraction moves by at most three updates' worth at a
+// time.
+//
+// A recovery that fails, the signals turning unhealthy again while the
+// pressure falls, doubles the time the pressure then takes to fall, up to
+// MaxBackoff times Fall; falling more than the reserve, Reserve+1 tiers,
+// without failing halves it again (a fall through the reserve alone
+// proves nothing: no tier came back), and a pressure of none resets it. A node that slows again as soon as a
+// shed tier comes back (a batch class offering far more than it can
+// answer) is probed more and more rarely, instead of every Fall.
 //
 // Update is meant for one goroutine on a ticker; Fraction and Shed for any
 // number of request paths, without a lock.
@@ -128,6 +147,11 @@ type Controller struct {
 	pressure float64
 	last     int64
 	started  bool
+	// backoff multiplies Fall; falling is whether the last move was
+	// down, fell how far it has gone down since the last rise or halving.
+	backoff float64
+	falling bool
+	fell    float64
 
 	fractions [MaxTier + 1]atomic.Uint64 // math.Float64bits
 	pressureF atomic.Uint64
@@ -139,7 +163,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		return nil, fmt.Errorf("shed: controller: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	c := &Controller{cfg: cfg}
+	c := &Controller{cfg: cfg, backoff: 1}
 	if len(cfg.Tiers) == 0 {
 		for t := 1; t <= MaxTier; t++ {
 			c.used[t] = true
@@ -192,7 +216,7 @@ func (c *Controller) SetTiers(tiers []int) {
 	p := min(c.pressure, c.inUse)
 	for t := range used {
 		if c.used[t] && !used[t] {
-			p -= c.fraction(t)
+			p -= c.share(t)
 		}
 	}
 	c.pressure = p
@@ -211,12 +235,33 @@ func (c *Controller) ceiling() float64 {
 	return c.inUse + Reserve
 }
 
-// fraction is tier's share of the pressure. c.mu is held.
-func (c *Controller) fraction(tier int) float64 {
+// share is tier's share of the pressure, 0 to 1. c.mu is held.
+func (c *Controller) share(tier int) float64 {
 	if tier <= 0 {
 		return 0
 	}
 	return min(max(min(c.pressure, c.inUse)-float64(c.rank[tier]), 0), 1)
+}
+
+// Curve returns the fraction of a tier's requests shed at share s of the
+// pressure: s up to one half; above, 1 - (2(1-s))³/2, so that what is let
+// through shrinks as the cube of the share left. A tier nine tenths shed
+// by share lets 0.4% of its requests through, not 10%: when the pressure
+// comes down from a tier shed entirely, the node sees a trickle that
+// grows, not a flood, while the latency signal is a short window behind.
+// A tier that offers many times what the node answers would otherwise
+// slow it again before the signal could say so.
+func Curve(s float64) float64 {
+	if s <= 0.5 {
+		return max(s, 0)
+	}
+	left := 2 * (1 - min(s, 1))
+	return 1 - left*left*left/2
+}
+
+// fraction is tier's fraction shed. c.mu is held.
+func (c *Controller) fraction(tier int) float64 {
+	return Curve(c.share(tier))
 }
 
 // publish stores the pressure and each tier's fraction for the request
@@ -244,15 +289,28 @@ func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bo
 	if !(ratio > 0) || math.IsInf(ratio, 0) {
 		ratioOK = false
 	}
-	slow := ratioOK && ratio < c.cfg.RatioBelow
+	slow := ratioOK && (ratio < c.cfg.RatioBelow || c.pressure > 0 && ratio < c.cfg.RatioRecover)
 	well := !ratioOK || ratio >= c.cfg.RatioRecover
 	switch {
 	case slow || queueOver:
+		if c.falling && c.pressure > 0 {
+			c.backoff = min(2*c.backoff, MaxBackoff)
+		}
+		c.falling, c.fell = false, 0
 		c.pressure += float64(dt) / float64(c.cfg.Rise)
 	case well:
-		c.pressure -= float64(dt) / float64(c.cfg.Fall)
+		down := float64(dt) / (float64(c.cfg.Fall) * c.backoff)
+		c.falling = true
+		c.fell += down
+		c.pressure -= down
+		if c.fell >= Reserve+1 {
+			c.backoff, c.fell = max(c.backoff/2, 1), 0
+		}
 	}
 	c.pressure = min(max(c.pressure, 0), c.ceiling())
+	if c.pressure == 0 {
+		c.backoff, c.falling, c.fell = 1, false, 0
+	}
 	c.publish()
 }
 

@@ -95,12 +95,12 @@ type step struct {
 }
 
 // runStep updates a controller every tick for d with s's signals, checking
-// the order of the tiers and that no fraction moves by more than a tick's
-// worth, and returns the fractions of tiers 1 to 9 every second.
+// the order of the tiers and that no fraction moves by more than three
+// ticks' worth (Curve's steepest), and returns the fractions of tiers 1 to 9 every second.
 func runStep(t *testing.T, cfg ControllerConfig, s step, d time.Duration) [][MaxTier + 1]float64 {
 	c := newController(t, cfg)
 	cfg = cfg.withDefaults()
-	maxMove := float64(tick)/float64(min(cfg.Rise, cfg.Fall)) + 1e-9
+	maxMove := 3*float64(tick)/float64(min(cfg.Rise, cfg.Fall)) + 1e-9
 	var rows [][MaxTier + 1]float64
 	var prev [MaxTier + 1]float64
 	base := int64(1e12)
@@ -328,4 +328,126 @@ func TestControllerSetTiers(t *testing.T) {
 	check("unchanged", 0.5, map[int]float64{1: 0, 5: 0.5})
 	c.SetTiers(nil)
 	check("none", 0, map[int]float64{1: 0, 5: 0})
+}
+
+// TestCurve checks the fraction shed at each share of the pressure: the
+// share itself up to one half, then steeper, continuous and rising, to 1.
+func TestCurve(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ s, want float64 }{
+		{-1, 0}, {0, 0}, {0.25, 0.25}, {0.5, 0.5}, {0.75, 0.9375}, {0.9, 0.996}, {1, 1}, {2, 1},
+	} {
+		if got := Curve(tc.s); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Curve(%v) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+	prev := 0.0
+	for i := 1; i <= 1000; i++ {
+		s := float64(i) / 1000
+		f := Curve(s)
+		if f < prev || f-prev > 3.0/1000+1e-12 {
+			t.Fatalf("Curve(%v) = %v after %v", s, f, prev)
+		}
+		prev = f
+	}
+}
+
+// TestControllerBackoff runs a node that slows again whenever the tier it
+// sheds lets 1% of its requests through (a batch class offering a hundred
+// times what the node answers), and whose latency says so for 2 s (a
+// short window) after: each failed recovery doubles the time the next
+// takes, up to MaxBackoff, so the tier is let back ever more rarely. Once
+// the node is well for good the pressure falls to nothing, and a later
+// step starts from Fall again.
+func TestControllerBackoff(t *testing.T) {
+	t.Parallel()
+	cfg := ControllerConfig{Tiers: []int{0, 5}}.withDefaults()
+	c := newController(t, cfg)
+	base := int64(1e12)
+	at := int64(0)
+	var probes []time.Duration // when each recovery failed
+	run := func(d time.Duration, slowAt float64) {
+		slowUntil := int64(-1)
+		for end := at + int64(d); at < end; at += tick {
+			if c.Fraction(5) < slowAt {
+				if at >= slowUntil && at > 0 {
+					probes = append(probes, time.Duration(at))
+				}
+				slowUntil = at + int64(2*time.Second)
+			}
+			ratio := 1.0
+			if at < slowUntil {
+				ratio = 0.3
+			}
+			c.Update(base+at, ratio, true, false)
+		}
+	}
+	run(10*time.Minute, 0.99)
+	var gaps []time.Duration
+	for i := 1; i < len(probes); i++ {
+		gaps = append(gaps, probes[i]-probes[i-1])
+	}
+	t.Logf("failed recoveries at %v", probes)
+	if len(gaps) < 4 {
+		t.Fatalf("failed recoveries at %v: want at least 5", probes)
+	}
+	for i := 1; i < 3; i++ {
+		if gaps[i] < gaps[i-1]*3/2 {
+			t.Errorf("gaps between failed recoveries %v: want each about twice the last", gaps)
+		}
+	}
+	// At most MaxBackoff times Fall for the reserve, and the 1% of the
+	// tier, and the rise back.
+	longest := time.Duration(MaxBackoff)*cfg.Fall*11/10 + cfg.Rise
+	for _, g := range gaps {
+		if g > longest {
+			t.Errorf("gap %v between failed recoveries, want at most %v", g, longest)
+		}
+	}
+	if n := len(probes); n > 25 {
+		t.Errorf("%d failed recoveries in 10 minutes, want at most 25", n)
+	}
+	// Well for good: everything comes back, and the backoff with it.
+	run(time.Duration(MaxBackoff)*3*cfg.Fall, -1)
+	if p := c.Pressure(); p != 0 {
+		t.Fatalf("pressure %v after the node is well", p)
+	}
+	// A new step and its end: back to nothing within a Fall.
+	run(2*time.Second, 2)
+	if p := c.Pressure(); math.Abs(p-1) > 0.06 {
+		t.Fatalf("pressure %v after a 2 s step, want 1", p)
+	}
+	run(cfg.Fall+time.Second, -1)
+	if p := c.Pressure(); p != 0 {
+		t.Errorf("pressure %v a Fall after a step, want 0: the backoff was not reset", p)
+	}
+}
+
+// TestControllerBand checks the band between RatioBelow and RatioRecover:
+// a node in it is not shed for, but once shedding has started it goes on
+// rising there until the node is back near its usual, then falls.
+func TestControllerBand(t *testing.T) {
+	t.Parallel()
+	c := newController(t, ControllerConfig{Tiers: []int{0, 3, 5}})
+	base := int64(1e12)
+	at := int64(0)
+	run := func(d time.Duration, ratio float64) {
+		for end := at + int64(d); at < end; at += tick {
+			c.Update(base+at, ratio, true, false)
+		}
+	}
+	run(5*time.Second, 0.6)
+	if p := c.Pressure(); p != 0 {
+		t.Fatalf("pressure %v in the band before any slowdown, want 0", p)
+	}
+	run(time.Second, 0.3)
+	p := c.Pressure()
+	run(time.Second, 0.6)
+	if q := c.Pressure(); q < p+0.45 {
+		t.Fatalf("pressure %v after a second in the band, from %v: want it rising", q, p)
+	}
+	run(20*time.Second, 0.9)
+	if p := c.Pressure(); p != 0 {
+		t.Fatalf("pressure %v after 20 s near the usual, want 0", p)
+	}
 }

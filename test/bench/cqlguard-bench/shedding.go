@@ -58,9 +58,9 @@ func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// shedding keeps the refused requests to what a batch job would send
 	// rather than a loop as fast as cqlguard refuses.
 	// At 100 a second (5% of what the node answers) the interactive
-	// class's p99 tripled without shedding: not a healthy load for it.
-	// At 20 it rose within the run-to-run noise of its level alone.
-	fs.Float64Var(&e.lightBatchRate, "light-batch-rate", 20, "reads a second the batch class offers in the light-batch phase: about 1% of the 2,100 whole-partition reads a second the node answered at 128 in flight, a load the interactive class hardly notices")
+	// class's p99 tripled without shedding, and at 20 it doubled: not a
+	// healthy load for it. At 5 it stays within its run-to-run noise.
+	fs.Float64Var(&e.lightBatchRate, "light-batch-rate", 5, "reads a second the batch class offers in the light-batch phase: about 0.25% of the 2,100 whole-partition reads a second the node answered at 128 in flight, a load the interactive class hardly notices")
 	fs.Float64Var(&e.batchRate, "batch-rate", 4000, "reads a second the batch class offers in the heavy-batch phase, kept when refused (0: as fast as its requests in flight allow)")
 	fs.IntVar(&e.batchConcurrency, "batch-concurrency", 64, "requests in flight per connection of the batch class, at most")
 	fs.DurationVar(&e.shortWindow, "short-window", 0, "shedding.short_window (0: the default)")
