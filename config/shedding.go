@@ -40,8 +40,8 @@ type SheddingConfig struct {
 	Quantile    float64  `yaml:"quantile"`
 	MinSamples  int      `yaml:"min_samples"`
 	// RatioBelow is the ratio under which shedding rises, RatioRecover
-	// the one from which it falls; between them shedding under way rises
-	// and none starts.
+	// the one from which it falls; between them none starts, and shedding
+	// under way rises while a tier is partly let through.
 	RatioBelow   float64 `yaml:"ratio_below"`
 	RatioRecover float64 `yaml:"ratio_recover"`
 	// QueueTarget and QueueInterval: a queue stands when no request of an

@@ -33,11 +33,12 @@ type ControllerConfig struct {
 	// RatioRecover is the latency ratio from which the node is well again
 	// and shedding falls, if the queue is not standing either. Between
 	// RatioBelow and RatioRecover, shedding that has not started does not
-	// start, and shedding under way goes on rising: it starts only on a
-	// clear slowdown, and once started it stops only when the node is back
-	// near its usual, instead of settling where the node is slow but not
-	// slow enough to rise, letting a share of a tier through that keeps
-	// it so. DefaultRatioRecover.
+	// start, and shedding under way goes on rising while a tier is still
+	// partly let through: it starts only on a clear slowdown, and once
+	// started it stops only when the node is back near its usual, instead
+	// of settling where the node is slow but not slow enough to rise,
+	// letting a share of a tier through that keeps it so. Once every tier
+	// that may be shed is shed entirely it holds there. DefaultRatioRecover.
 	RatioRecover float64
 	// Rise is how long an unhealthy signal takes to shed one more tier
 	// entirely, from none of its requests to all. DefaultRise.
@@ -289,7 +290,11 @@ func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bo
 	if !(ratio > 0) || math.IsInf(ratio, 0) {
 		ratioOK = false
 	}
-	slow := ratioOK && (ratio < c.cfg.RatioBelow || c.pressure > 0 && ratio < c.cfg.RatioRecover)
+	// In the band, only a tier still partly let through is worth shedding
+	// more: in the reserve nothing is, and the ratio's noise would ratchet
+	// the pressure up.
+	partly := c.pressure > 0 && c.pressure < c.inUse
+	slow := ratioOK && (ratio < c.cfg.RatioBelow || partly && ratio < c.cfg.RatioRecover)
 	well := !ratioOK || ratio >= c.cfg.RatioRecover
 	switch {
 	case slow || queueOver:

@@ -425,7 +425,8 @@ func TestControllerBackoff(t *testing.T) {
 
 // TestControllerBand checks the band between RatioBelow and RatioRecover:
 // a node in it is not shed for, but once shedding has started it goes on
-// rising there until the node is back near its usual, then falls.
+// rising there while a tier is partly let through, holds once every tier
+// is shed entirely, and falls when the node is back near its usual.
 func TestControllerBand(t *testing.T) {
 	t.Parallel()
 	c := newController(t, ControllerConfig{Tiers: []int{0, 3, 5}})
@@ -446,7 +447,17 @@ func TestControllerBand(t *testing.T) {
 	if q := c.Pressure(); q < p+0.45 {
 		t.Fatalf("pressure %v after a second in the band, from %v: want it rising", q, p)
 	}
-	run(20*time.Second, 0.9)
+	// Every tier shed entirely: the band holds, for nothing more can be.
+	run(2*time.Second, 0.3)
+	p = c.Pressure()
+	if p < 2 {
+		t.Fatalf("pressure %v after 4 s slow, want both tiers shed", p)
+	}
+	run(3*time.Second, 0.6)
+	if q := c.Pressure(); q != p {
+		t.Fatalf("pressure %v after 3 s in the band with every tier shed, want it held at %v", q, p)
+	}
+	run(40*time.Second, 0.9)
 	if p := c.Pressure(); p != 0 {
 		t.Fatalf("pressure %v after 20 s near the usual, want 0", p)
 	}
