@@ -132,9 +132,10 @@ const MaxBackoff = 8
 // pressure falls, doubles the time the pressure then takes to fall, up to
 // MaxBackoff times Fall; falling more than the reserve, Reserve+1 tiers,
 // without failing halves it again (a fall through the reserve alone
-// proves nothing: no tier came back), and a pressure of none resets it. A node that slows again as soon as a
-// shed tier comes back (a batch class offering far more than it can
-// answer) is probed more and more rarely, instead of every Fall.
+// proves nothing: no tier came back), and a pressure of none resets it.
+// A node that slows again as soon as a shed tier comes back (a batch
+// class offering far more than it can answer) is probed more and more
+// rarely, instead of every Fall.
 //
 // Update is meant for one goroutine on a ticker; Fraction and Shed for any
 // number of request paths, without a lock.
