@@ -191,7 +191,7 @@ func New(cfg Config) (*Limiter, error) {
 	case AlgorithmTokenBucket:
 		l.bucket = make([]bucketShard, shards)
 		for i := range l.bucket {
-			l.bucket[i].entries = make([]bucketEntry, perShard)
+			l.bucket[i].entries = makeTable[bucketEntry](perShard)
 		}
 	}
 	stripes := 1

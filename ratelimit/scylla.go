@@ -91,7 +91,7 @@ type scyllaShard struct {
 
 // init allocates the shard's table.
 func (s *scyllaShard) init(entries int) {
-	s.entries = make([]scyllaEntry, entries)
+	s.entries = makeTable[scyllaEntry](entries)
 }
 
 // allow counts one operation on (token, label), whose slot hash is h, in
