@@ -26,7 +26,9 @@ type rejection struct {
 // nothing. now is the request's time on the proxy's clock.
 //
 // Every partition counted, limited or not, is also counted by the hot
-// partitions sketch behind /hot.
+// partitions sketch behind /hot: each operation while the sketch has room,
+// a random one in ratelimit.TopKSampleEvery, weighted to match, once it is
+// full (ratelimit.TopK.ObserveSampledAt).
 func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	if c == nil || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
 		return rejection{}, false
@@ -50,14 +52,15 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		if p.Table == nil {
 			continue
 		}
-		label := labelOf(p.Table, c.Op)
+		tl := s.tableLimits(l, p.Table, c.Op)
+		label := tl.label
 		if hot != nil && !c.observed {
-			hot.ObserveTaggedAt(now, p.Token, label, p.Key, s.callerTag())
+			hot.ObserveSampledAt(now, p.Token, label, p.Key, s.callerTag(), &s.hotRNG)
 		}
 		if !limited {
 			continue
 		}
-		limit, units := l.forOp(p.Table, c.Op)
+		limit, units := tl.limit, tl.units
 		if units > 0 && !s.withinUnits(units, &p, label, now) && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
@@ -89,6 +92,60 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	}
 	s.p.metrics.rejections.WithLabelValues(refused.table.Keyspace, refused.table.Name, refused.op.String(), outcome).Inc()
 	return refused, !l.dryRun
+}
+
+// tableLimits is what decide needs of a table for one operation: its
+// limiter label, and its limits under one configuration.
+type tableLimits struct {
+	l            *limits
+	table        *schema.Table
+	op           Op
+	label        ratelimit.Label
+	limit, units uint32
+}
+
+// tableLimits returns table's label and limits for op under l (which may
+// be nil), from the last call's when it asked the same: a client's
+// requests nearly all touch the table the one before did, and resolving
+// the limits takes two map lookups by name and the label a hash of the
+// names. Tables and limits are replaced, never changed, when the schema or
+// the configuration is, so the pointers say when to resolve again.
+func (s *session) tableLimits(l *limits, table *schema.Table, op Op) *tableLimits {
+	tl := &s.lastTable
+	if tl.table != table || tl.l != l || tl.op != op {
+		*tl = tableLimits{l: l, table: table, op: op, label: labelOf(table, op)}
+		if l != nil {
+			tl.limit, tl.units = l.forOp(table, op)
+		}
+	}
+	return tl
+}
+
+// prefetchCounters starts the limiter's reads of the counters of the
+// partitions c touches that decide will count, so that they come from
+// memory while the request path does its other work first (prefetch
+// changes nothing). A handful of partitions at most: a batch's counters
+// past them are waited for as they come.
+func (s *session) prefetchCounters(c *Classification) {
+	if c == nil || c.Internal || !c.Pinned || (c.Op != OpRead && c.Op != OpWrite) {
+		return
+	}
+	l, lim := s.p.limits.Load(), s.p.limiter.Load()
+	if l == nil || lim == nil {
+		return
+	}
+	const most = 4
+	for i, p := range c.Partitions {
+		if i == most {
+			return
+		}
+		if p.Table == nil {
+			continue
+		}
+		if tl := s.tableLimits(l, p.Table, c.Op); tl.limit > 0 {
+			lim.Prefetch(p.Token, tl.label)
+		}
+	}
 }
 
 // withinUnits reports whether partition p is out of debt on its budget of

@@ -79,6 +79,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
 		var unknown []byte
 		class, unknown = s.classify(f, h, &req)
+		s.prefetchCounters(class)
 		// A statement the proxy has not seen prepared (prepared before the
 		// proxy started, or forgotten) cannot be classified: the driver is
 		// told to prepare it again, through the proxy.

@@ -381,6 +381,7 @@ func (p *Proxy) handle(client net.Conn) {
 	}
 	log = log.With().Str("upstream", addr).Logger()
 	s := newSession(p, client, upstream, log)
+	s.hotRNG = id
 	if p.shedding != nil {
 		s.node = p.shedding.node(addr)
 		s.rng = id*0x9e3779b97f4a7c15 | 1

@@ -107,6 +107,12 @@ type session struct {
 	// units, for the request being handled.
 	charges  [maxCharges]unitCharge
 	nCharges uint8
+	// hotRNG is the random state of the samples /hot's sketch takes
+	// (ratelimit.TopK.ObserveSampledAt).
+	hotRNG uint64
+	// lastTable is what decide last resolved for a table, which the next
+	// request nearly always touches again.
+	lastTable tableLimits
 
 	// Shedding (shedding.go): the upstream node's signals, nil when
 	// shedding is off, and the request path's random state.

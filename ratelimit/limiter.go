@@ -182,16 +182,20 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	// Window numbers start at 0, so that 32 bits of them last a century.
 	l.startSec = seconds(l.now())
+	// The shards' tables are one allocation, so that large pages
+	// (makeTable) serve them however many shards share the memory.
 	switch alg {
 	case AlgorithmScylla:
 		l.scylla = make([]scyllaShard, shards)
+		all := makeTable[scyllaEntry](shards * perShard)
 		for i := range l.scylla {
-			l.scylla[i].init(perShard)
+			l.scylla[i].entries = all[i*perShard : (i+1)*perShard : (i+1)*perShard]
 		}
 	case AlgorithmTokenBucket:
 		l.bucket = make([]bucketShard, shards)
+		all := makeTable[bucketEntry](shards * perShard)
 		for i := range l.bucket {
-			l.bucket[i].entries = make([]bucketEntry, perShard)
+			l.bucket[i].entries = all[i*perShard : (i+1)*perShard : (i+1)*perShard]
 		}
 	}
 	stripes := 1

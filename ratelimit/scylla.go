@@ -89,11 +89,6 @@ type scyllaShard struct {
 	_   cacheLinePad
 }
 
-// init allocates the shard's table.
-func (s *scyllaShard) init(entries int) {
-	s.entries = make([]scyllaEntry, entries)
-}
-
 // allow counts one operation on (token, label), whose slot hash is h, in
 // window win, and decides it against limit. st is the caller's stripe and
 // i the shard's index.

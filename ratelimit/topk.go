@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +50,9 @@ const rescaleAt = 40
 type TopK struct {
 	mu  sync.Mutex
 	now func() int64
+	// full is set once k partitions are tracked, which stays so: from then
+	// on ObserveSampledAt samples.
+	full atomic.Bool
 
 	lambda   float64 // decay rate, per nanosecond
 	landmark int64   // clock time at which an operation weighs 1
@@ -155,8 +159,42 @@ func (t *TopK) ObserveAt(now int64, token int64, label Label, key []byte) float6
 // ObserveTaggedAt is ObserveAt that also tags the partition with tag,
 // which Top reports: the caller's name for who sent the operation, say.
 func (t *TopK) ObserveTaggedAt(now int64, token int64, label Label, key []byte, tag uint16) float64 {
+	return t.observe(now, token, label, key, tag, 1)
+}
+
+// TopKSampleEvery is how many operations ObserveSampledAt counts one of,
+// at random, once a TopK is full.
+const TopKSampleEvery = 4
+
+// ObserveSampledAt is ObserveTaggedAt for a caller that needs no rate
+// back, at a fraction of the cost under load: while fewer than k
+// partitions are tracked it counts every operation, and from then on it
+// counts each with probability 1/TopKSampleEvery, as TopKSampleEvery
+// operations. Counts stay unbiased. A partition at a steady r operations
+// per second is reported at its rate with a relative standard deviation
+// of sqrt((TopKSampleEvery-1)·λ/(2r)), λ = ln 2 / TopKHalfLife: 7% at
+// 100/s, 2.3% at 1,000/s, 0.7% at 10,000/s. Space-Saving's guarantee
+// holds for the counts sampled: any partition above 1/k of them is
+// tracked. rng is the caller's random state, of any seed, used by one
+// goroutine at a time; the decision to sample takes no lock.
+func (t *TopK) ObserveSampledAt(now int64, token int64, label Label, key []byte, tag uint16, rng *uint64) {
+	if !t.full.Load() {
+		t.observe(now, token, label, key, tag, 1)
+		return
+	}
+	*rng += splitmixGamma
+	if mix(*rng)%TopKSampleEvery != 0 {
+		return
+	}
+	t.observe(now, token, label, key, tag, TopKSampleEvery)
+}
+
+// observe counts n operations at now on a partition, and returns its rate
+// known at least.
+func (t *TopK) observe(now int64, token int64, label Label, key []byte, tag uint16, n float64) float64 {
 	t.mu.Lock()
-	w := t.weightAt(now)
+	one := t.weightAt(now)
+	w := one * n
 	h := t.hash(token, label)
 	i, pos := t.find(h, token, label)
 	var count float64
@@ -175,6 +213,9 @@ func (t *TopK) ObserveTaggedAt(now int64, token int64, label Label, key []byte, 
 		t.index[pos] = int32(i) + 1
 		t.setKey(i, key)
 		t.up(i)
+		if len(t.slots) == cap(t.slots) {
+			t.full.Store(true)
+		}
 	default:
 		// Space-Saving: the new partition replaces the least counted one
 		// and inherits its count, which bounds the new count's error.
@@ -193,7 +234,7 @@ func (t *TopK) ObserveTaggedAt(now int64, token int64, label Label, key []byte, 
 	}
 	t.slots[i].tag = tag
 	// Counts are scaled by the weight of an operation now.
-	rate := count / w * t.lambda * 1e9
+	rate := count / one * t.lambda * 1e9
 	t.mu.Unlock()
 	return rate
 }

@@ -263,6 +263,105 @@ func TestTopKHeavyHitters(t *testing.T) {
 	}
 }
 
+// ObserveSampledAt counts every operation while the sketch has room, so
+// that it is as exact as ObserveTaggedAt with few partitions.
+func TestTopKSampledExactWhileRoom(t *testing.T) {
+	clk := &fakeClock{ns: epoch}
+	sampled, exact := NewTopK(16, 8, clk.now), NewTopK(16, 8, clk.now)
+	var rng uint64
+	for i := range 1000 {
+		tok := int64(i % 10)
+		sampled.ObserveSampledAt(clk.ns, tok, 0, nil, 0, &rng)
+		exact.ObserveTaggedAt(clk.ns, tok, 0, nil, 0)
+		clk.ns += int64(time.Millisecond)
+	}
+	got, want := sampled.Top(nil), exact.Top(nil)
+	if len(got) != 10 || len(got) != len(want) {
+		t.Fatalf("sampled %d partitions, exact %d, want 10", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Token != want[i].Token || got[i].Rate != want[i].Rate || got[i].Error != 0 {
+			t.Errorf("entry %d: sampled %+v, exact %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// Once the sketch is full, ObserveSampledAt counts a sample: a hot
+// partition's rate is unbiased and off by the relative standard deviation
+// its documentation gives, sqrt((TopKSampleEvery-1)·λ/(2r)), here over
+// many seeds among cold partitions that keep the sketch full.
+func TestTopKSampledAccuracy(t *testing.T) {
+	const (
+		seeds = 40
+		steps = 10_000 // of 1 ms
+	)
+	hot := []struct {
+		token int64
+		every int // steps between its operations
+	}{{1, 1}, {2, 10}} // 1,000/s and 100/s
+	rates := make([][]float64, len(hot))
+	var want []float64
+	for seed := range uint64(seeds) {
+		clk := &fakeClock{ns: epoch}
+		tk := NewTopK(32, 8, clk.now)
+		exact := exactRates{t0: clk.ns, sum: map[int64]float64{}}
+		rng := seed
+		cold := rand.New(rand.NewPCG(seed, 3))
+		for step := range steps {
+			for j, h := range hot {
+				if step%h.every == 0 {
+					tk.ObserveSampledAt(clk.ns, h.token, 0, nil, 0, &rng)
+					if seed == 0 {
+						exact.observe(hot[j].token, clk.ns)
+					}
+				}
+			}
+			// 1,000 operations a second on partitions seen about once,
+			// so that both hot ones are above 1/k of all.
+			tk.ObserveSampledAt(clk.ns, 1000+cold.Int64N(1<<40), 0, nil, 0, &rng)
+			clk.ns += int64(time.Millisecond)
+		}
+		if !tk.full.Load() {
+			t.Fatal("the sketch never filled")
+		}
+		if seed == 0 {
+			for _, h := range hot {
+				want = append(want, exact.rate(h.token, clk.ns))
+			}
+		}
+		top := tk.Top(nil)
+		checkTop(t, top, 32, 8)
+		for j, h := range hot {
+			i := slices.IndexFunc(top, func(e HotEntry) bool { return e.Token == h.token })
+			if i < 0 {
+				t.Fatalf("seed %d: partition at %.0f/s not tracked: %+v", seed, want[j], top)
+			}
+			rates[j] = append(rates[j], top[i].Rate)
+		}
+	}
+	lambda := math.Ln2 / TopKHalfLife.Seconds()
+	for j := range hot {
+		var mean, sq float64
+		for _, r := range rates[j] {
+			mean += r / seeds
+		}
+		for _, r := range rates[j] {
+			sq += (r - mean) * (r - mean) / (seeds - 1)
+		}
+		sd := math.Sqrt(sq) / want[j]
+		doc := math.Sqrt((TopKSampleEvery - 1) * lambda / (2 * 1000 / float64(hot[j].every)))
+		// The mean of 40 is within 4 of its standard errors, and the
+		// spread within half to twice the documented one.
+		if math.Abs(mean-want[j]) > 4*doc*want[j]/math.Sqrt(seeds) {
+			t.Errorf("%.0f/s: mean estimate %.2f, exact %.2f", want[j], mean, want[j])
+		}
+		if sd < doc/2 || sd > doc*2 {
+			t.Errorf("%.0f/s: relative standard deviation %.4f, documented %.4f", want[j], sd, doc)
+		}
+		t.Logf("%.0f/s: mean %.2f, exact %.2f, relative standard deviation %.4f (documented %.4f)", want[j], mean, want[j], sd, doc)
+	}
+}
+
 // The sketch's memory is allocated once: observing ever new partitions
 // allocates nothing and grows nothing.
 func TestTopKFixedMemory(t *testing.T) {
@@ -279,6 +378,15 @@ func TestTopKFixedMemory(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Observe: %v allocations per call", allocs)
+	}
+	var rng uint64
+	allocs = testing.AllocsPerRun(10_000, func() {
+		tok++
+		tk.ObserveSampledAt(clk.ns, tok, Label(tok%3), key, 0, &rng)
+		clk.ns += 1000
+	})
+	if allocs != 0 {
+		t.Errorf("ObserveSampledAt: %v allocations per call", allocs)
 	}
 	if len(tk.index) != index || cap(tk.slots) != slots || len(tk.keys) != keys || tk.Len() != 64 {
 		t.Errorf("memory changed: index %d→%d, slots %d→%d, keys %d→%d; %d tracked",

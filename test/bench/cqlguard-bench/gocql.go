@@ -40,6 +40,26 @@ const (
 	cqlguardPath = "cqlguard"
 )
 
+// gocqlPathNames are the names -gocql-paths takes, by path.
+var gocqlPathNames = map[string]string{
+	"relay": relayPath, "eventloop": loopRelayPath, "haproxy": haproxyPath, "cqlguard": cqlguardPath,
+}
+
+// parseGocqlPaths reads -gocql-paths: a comma-separated list of
+// gocqlPathNames' names. The Go relay is always among them: every other
+// proxy's row is given as ratios to it.
+func parseGocqlPaths(list string) (map[string]bool, error) {
+	paths := map[string]bool{relayPath: true}
+	for name := range strings.SplitSeq(list, ",") {
+		p, ok := gocqlPathNames[strings.TrimSpace(name)]
+		if !ok {
+			return nil, fmt.Errorf("-gocql-paths: %q is none of relay, eventloop, haproxy, cqlguard", name)
+		}
+		paths[p] = true
+	}
+	return paths, nil
+}
+
 // gocqlRow is one line of the gocql table: a mode through one path, over
 // one or more runs.
 type gocqlRow struct {
@@ -52,7 +72,10 @@ type gocqlRow struct {
 
 // gocqlRun is one run's figures.
 type gocqlRun struct {
-	sum load.Summary
+	// round is the round the run was made in, to pair it with the other
+	// paths' runs of the same round.
+	round int
+	sum   load.Summary
 	// cpu is the proxy's CPU time per request answered.
 	cpu time.Duration
 }
@@ -81,6 +104,36 @@ func runP50(x gocqlRun) float64  { return float64(x.sum.P50) }
 func runP99(x gocqlRun) float64  { return float64(x.sum.P99) }
 func runCPU(x gocqlRun) float64  { return float64(x.cpu) }
 
+// pairedRatio returns the median, least and greatest over the rounds in
+// which both r and its relay row ran of f of r's run divided by f of the
+// relay's run of the same round. Runs of one round are measured within
+// seconds of each other, so the machine's slower drift cancels out of each
+// ratio, which a ratio of medians taken apart does not do. ok is false
+// without such a round.
+func (r *gocqlRow) pairedRatio(f func(gocqlRun) float64) (med, lo, hi float64, ok bool) {
+	if r.relay == nil {
+		return 0, 0, 0, false
+	}
+	var vs []float64
+	for _, a := range r.runs {
+		for _, b := range r.relay.runs {
+			if a.round == b.round && f(b) > 0 {
+				vs = append(vs, f(a)/f(b))
+			}
+		}
+	}
+	if len(vs) == 0 {
+		return 0, 0, 0, false
+	}
+	slices.Sort(vs)
+	n := len(vs)
+	med = vs[n/2]
+	if n%2 == 0 {
+		med = (vs[n/2-1] + vs[n/2]) / 2
+	}
+	return med, vs[0], vs[n-1], true
+}
+
 // addedP50 is how much the row's median p50 exceeds the direct row's.
 func (r *gocqlRow) addedP50() (float64, bool) {
 	if r.direct == nil || len(r.runs) == 0 || len(r.direct.runs) == 0 {
@@ -97,8 +150,9 @@ type gocqlTarget struct {
 	err  error  // why the path could not start
 }
 
-// gocqlRows measures each gocql mode direct, through the Go relay, the
-// event-loop relay, HAProxy and a cqlguard with the counted rows' limits and /hot on, in
+// gocqlRows measures each gocql mode direct, through the Go relay, and
+// through those of the event-loop relay, HAProxy and a cqlguard with the
+// counted rows' limits and /hot on that -gocql-paths names, in
 // s.gocqlRuns rounds. Within a round every path runs a mode before the
 // next mode starts, so that a mode's rows are measured close together.
 func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
@@ -111,7 +165,12 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 	if len(modes) == 0 {
 		return nil, nil
 	}
-	targets := []*gocqlTarget{{path: "direct", addr: s.upstreamAddr}, {path: relayPath}, {path: loopRelayPath}, {path: haproxyPath}, {path: cqlguardPath}}
+	targets := []*gocqlTarget{{path: "direct", addr: s.upstreamAddr}}
+	for _, p := range []string{relayPath, loopRelayPath, haproxyPath, cqlguardPath} {
+		if s.gocqlPaths[p] {
+			targets = append(targets, &gocqlTarget{path: p})
+		}
+	}
 	for _, t := range targets[1:] {
 		switch t.path {
 		case relayPath:
@@ -145,8 +204,8 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 		}
 	}
 	for round := range s.gocqlRuns {
-		for i, r := range rows {
-			t := targets[i%len(targets)]
+		for _, i := range roundOrder(len(rows), len(targets), round) {
+			r, t := rows[i], targets[i%len(targets)]
 			if t.err != nil || r.note != "" {
 				continue
 			}
@@ -160,6 +219,7 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 				r.note = "TODO: " + firstLine(err.Error())
 				continue
 			}
+			run.round = round
 			r.runs = append(r.runs, run)
 			fmt.Fprintf(s.stderr, " %.0f req/s, p50 %s", run.sum.Rate, load.FormatLatency(run.sum.P50))
 			if t.px != nil {
@@ -169,6 +229,26 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 		}
 	}
 	return rows, nil
+}
+
+// roundOrder returns the order in which round runs n rows, laid out as
+// modes of paths targets each, the direct path first in each mode. In
+// every other round the proxies of a mode run in reverse, so that no proxy
+// is always measured just after another, on a machine the one before may
+// have left warm or busy.
+func roundOrder(n, paths, round int) []int {
+	order := make([]int, 0, n)
+	for m := 0; m < n; m += paths {
+		order = append(order, m)
+		for j := 1; j < paths; j++ {
+			if round%2 == 1 {
+				order = append(order, m+paths-j)
+			} else {
+				order = append(order, m+j)
+			}
+		}
+	}
+	return order
 }
 
 // runGocql runs the gocql load generator once against t in mode m.
@@ -297,8 +377,10 @@ func (s *suite) writeGocqlTable(w io.Writer, rows []*gocqlRow) {
 req/s: answered requests per second. p50, p99: latency measured by the driver's goroutines,
 from the send (at a fixed rate, from when it was due for a request that waited for a free
 goroutine). added p50: the p50 less the direct row's. CPU µs/req: the proxy's user and system
-time (/proc/<pid>/stat) over the window, per request the driver got answered in it. vs relay: the row's req/s, CPU µs/req and added p50 divided by the
-Go relay's in the same mode ("-" where the relay's figure is not above zero).
+time (/proc/<pid>/stat) over the window, per request the driver got answered in it. vs relay: req/s
+and CPU µs/req, each run divided by the Go relay's run of the same round and mode, the median of
+those ratios and, over several rounds, their range; added p50 divided by the Go relay's ("-" where
+the relay's figure is not above zero).
 `)
 }
 
@@ -320,8 +402,8 @@ func (r *gocqlRow) markdown() string {
 		cells[6] = fmt.Sprintf("%.2f", r.median(runCPU)/1e3)
 	}
 	if f := r.relay; f != nil && len(f.runs) > 0 {
-		cells[7] = ratio(r.median(runRate), f.median(runRate))
-		cells[8] = ratio(r.median(runCPU), f.median(runCPU))
+		cells[7] = r.pairedCell(runRate)
+		cells[8] = r.pairedCell(runCPU)
 		if floorAdded, ok := f.addedP50(); ok && hasAdded {
 			cells[9] = ratio(added, floorAdded)
 		}
@@ -330,6 +412,19 @@ func (r *gocqlRow) markdown() string {
 		cells[9] += " " + r.note
 	}
 	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+// pairedCell writes the median of f's paired ratios to the relay
+// (pairedRatio), with their range when there are several.
+func (r *gocqlRow) pairedCell(f func(gocqlRun) float64) string {
+	med, lo, hi, ok := r.pairedRatio(f)
+	switch {
+	case !ok:
+		return "-"
+	case lo == hi:
+		return fmt.Sprintf("%.2f×", med)
+	}
+	return fmt.Sprintf("%.2f× (%.2f-%.2f)", med, lo, hi)
 }
 
 // ratio writes a/b, or "-" when b is not above zero.

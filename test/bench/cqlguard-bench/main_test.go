@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,18 +127,26 @@ func TestRowMarkdown(t *testing.T) {
 
 func TestGocqlRowMarkdown(t *testing.T) {
 	mode := gocqlModes[1]
-	run := func(rate float64, p50 time.Duration, cpu time.Duration) gocqlRun {
-		return gocqlRun{sum: load.Summary{Succeeded: 1, Rate: rate, P50: p50, P99: 3 * p50}, cpu: cpu}
+	run := func(round int, rate float64, p50 time.Duration, cpu time.Duration) gocqlRun {
+		return gocqlRun{round: round, sum: load.Summary{Succeeded: 1, Rate: rate, P50: p50, P99: 3 * p50}, cpu: cpu}
 	}
-	direct := &gocqlRow{mode: mode, path: "direct", runs: []gocqlRun{run(30000, 100*time.Microsecond, 0)}}
+	direct := &gocqlRow{mode: mode, path: "direct", runs: []gocqlRun{run(0, 30000, 100*time.Microsecond, 0)}}
 	// Medians of three: each figure the middle of its own three.
 	floor := &gocqlRow{mode: mode, path: relayPath, direct: direct, runs: []gocqlRun{
-		run(29990, 250*time.Microsecond, 12*time.Microsecond),
-		run(30000, 200*time.Microsecond, 14*time.Microsecond),
-		run(29000, 300*time.Microsecond, 10*time.Microsecond),
+		run(0, 29990, 250*time.Microsecond, 12*time.Microsecond),
+		run(1, 30000, 200*time.Microsecond, 14*time.Microsecond),
+		run(2, 29000, 300*time.Microsecond, 10*time.Microsecond),
 	}}
-	via := &gocqlRow{mode: mode, path: cqlguardPath, direct: direct, relay: floor,
-		runs: []gocqlRun{run(29990, 400*time.Microsecond, 18*time.Microsecond)}}
+	// The ratios to the relay pair runs by round: CPU 18/12, 15/14, 11/10.
+	// Round 3 has no relay run to pair with.
+	via := &gocqlRow{mode: mode, path: cqlguardPath, direct: direct, relay: floor, runs: []gocqlRun{
+		run(0, 29990, 400*time.Microsecond, 18*time.Microsecond),
+		run(1, 30000, 350*time.Microsecond, 15*time.Microsecond),
+		run(2, 29000, 450*time.Microsecond, 11*time.Microsecond),
+		run(3, 1, 450*time.Microsecond, 90*time.Microsecond),
+	}}
+	once := &gocqlRow{mode: mode, path: cqlguardPath, direct: direct, relay: floor,
+		runs: []gocqlRun{run(1, 30000, 400*time.Microsecond, 21*time.Microsecond)}}
 	skipped := &gocqlRow{mode: mode, path: haproxyPath, direct: direct, relay: floor, note: "skipped: haproxy is not installed"}
 	for _, tc := range []struct {
 		r    *gocqlRow
@@ -145,16 +154,59 @@ func TestGocqlRowMarkdown(t *testing.T) {
 	}{
 		{direct, "| gocql 30000/s | direct | 30000 | 100µs | 300µs |  |  |  |  |  |"},
 		{floor, "| gocql 30000/s | Go relay | 29990 | 250µs | 750µs | +150µs | 12.00 |  |  |  |"},
-		{via, "| gocql 30000/s | cqlguard | 29990 | 400µs | 1.20ms | +300µs | 18.00 | 1.00× | 1.50× | 2.00× |"},
+		{via, "| gocql 30000/s | cqlguard | 29495 | 425µs | 1.27ms | +325µs | 16.50 | 1.00× | 1.10× (1.07-1.50) | 2.17× |"},
+		{once, "| gocql 30000/s | cqlguard | 30000 | 400µs | 1.20ms | +300µs | 21.00 | 1.00× | 1.50× | 2.00× |"},
 		{skipped, "| gocql 30000/s | HAProxy | skipped: haproxy is not installed |  |  |  |  |  |  |  |"},
 	} {
 		if got := tc.r.markdown(); got != tc.want {
 			t.Errorf("got  %s\nwant %s", got, tc.want)
 		}
 	}
-	even := &gocqlRow{runs: []gocqlRun{run(1, 0, 0), run(3, 0, 0)}}
+	even := &gocqlRow{runs: []gocqlRun{run(0, 1, 0, 0), run(1, 3, 0, 0)}}
 	if got := even.median(runRate); got != 2 {
 		t.Errorf("median of 1 and 3: %v", got)
+	}
+}
+
+func TestRoundOrder(t *testing.T) {
+	for _, tc := range []struct {
+		n, paths, round int
+		want            []int
+	}{
+		{6, 3, 0, []int{0, 1, 2, 3, 4, 5}},
+		{6, 3, 1, []int{0, 2, 1, 3, 5, 4}},
+		{6, 3, 2, []int{0, 1, 2, 3, 4, 5}},
+		{10, 5, 1, []int{0, 4, 3, 2, 1, 5, 9, 8, 7, 6}},
+	} {
+		if got := roundOrder(tc.n, tc.paths, tc.round); !slices.Equal(got, tc.want) {
+			t.Errorf("roundOrder(%d, %d, %d) = %v, want %v", tc.n, tc.paths, tc.round, got, tc.want)
+		}
+	}
+}
+
+func TestParseGocqlPaths(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		want []string
+		err  bool
+	}{
+		{list: "cqlguard", want: []string{relayPath, cqlguardPath}},
+		{list: "relay, haproxy,eventloop", want: []string{relayPath, haproxyPath, loopRelayPath}},
+		{list: "cqlguard,nginx", err: true},
+	} {
+		got, err := parseGocqlPaths(tc.list)
+		if (err != nil) != tc.err {
+			t.Errorf("%q: error %v", tc.list, err)
+			continue
+		}
+		if len(got) != len(tc.want) {
+			t.Errorf("%q: got %v, want %v", tc.list, got, tc.want)
+		}
+		for _, p := range tc.want {
+			if !got[p] {
+				t.Errorf("%q: %s missing from %v", tc.list, p, got)
+			}
+		}
 	}
 }
 

@@ -48,6 +48,8 @@ type suite struct {
 	gocqlDuration, gocqlWarmup time.Duration
 	gocqlConcurrency           int
 	gocqlRuns                  int
+	// gocqlPaths are the proxies the gocql rows run through, by path.
+	gocqlPaths map[string]bool
 
 	upstreamAddr string
 	upstreamPid  int
@@ -91,6 +93,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&s.gocqlWarmup, "gocql-warmup", time.Second, "warmup before each gocql run, after the session is up")
 	fs.IntVar(&s.gocqlConcurrency, "gocql-concurrency", 64, "requests in flight over all connections in the gocql runs")
 	fs.IntVar(&s.gocqlRuns, "gocql-runs", 1, "runs of each gocql row, reported as medians")
+	paths := fs.String("gocql-paths", "relay,eventloop,haproxy,cqlguard", "the proxies of the gocql rows, of relay, eventloop, haproxy and cqlguard (the Go relay always runs)")
 	fs.StringVar(&s.rejectLimits, "reject-limits", "", "YAML file with the limits section that makes cqlguard reject every request of the rejected row (default: bench.kv at 1 read/s)")
 	out := fs.String("out", "", "also write the table to this file")
 	fs.BoolVar(&s.verbose, "v", false, "print each run's summary")
@@ -100,6 +103,11 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if s.gocqlRuns < 1 {
 		return fmt.Errorf("-gocql-runs %d: want at least 1", s.gocqlRuns)
 	}
+	gocqlPaths, err := parseGocqlPaths(*paths)
+	if err != nil {
+		return err
+	}
+	s.gocqlPaths = gocqlPaths
 	s.latWarmup = time.Second
 	switch *pin {
 	case "split":
@@ -112,7 +120,6 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		return fmt.Errorf("-pin %q: want split or none", *pin)
 	}
-	var err error
 	if s.self, err = os.Executable(); err != nil {
 		return err
 	}
