@@ -123,7 +123,7 @@ const MaxBackoff = 8
 // less important one is shed entirely; past the tiers in use, up to
 // Reserve more, everything that may be shed is. A tier's fraction shed is
 // its share up to one half; above, what it lets through shrinks as the
-// cube of the share it has left (see Curve). Pressure rises at one tier
+// cube of the share it has left (see curve). Pressure rises at one tier
 // per Rise while a signal is unhealthy and falls at one per Fall while all
 // are healthy: each fraction moves by at most three updates' worth at a
 // time.
@@ -149,10 +149,9 @@ type Controller struct {
 	pressure float64
 	last     int64
 	started  bool
-	// backoff multiplies Fall; falling is whether the last move was
-	// down, fell how far it has gone down since the last rise or halving.
+	// backoff multiplies Fall; fell is how far the pressure has fallen
+	// since it last rose, less the halvings: over 0 while it falls.
 	backoff float64
-	falling bool
 	fell    float64
 
 	fractions [MaxTier + 1]atomic.Uint64 // math.Float64bits
@@ -245,7 +244,7 @@ func (c *Controller) share(tier int) float64 {
 	return min(max(min(c.pressure, c.inUse)-float64(c.rank[tier]), 0), 1)
 }
 
-// Curve returns the fraction of a tier's requests shed at share s of the
+// curve returns the fraction of a tier's requests shed at share s of the
 // pressure: s up to one half; above, 1 - (2(1-s))³/2, so that what is let
 // through shrinks as the cube of the share left. A tier nine tenths shed
 // by share lets 0.4% of its requests through, not 10%: when the pressure
@@ -253,7 +252,7 @@ func (c *Controller) share(tier int) float64 {
 // grows, not a flood, while the latency signal is a short window behind.
 // A tier that offers many times what the node answers would otherwise
 // slow it again before the signal could say so.
-func Curve(s float64) float64 {
+func curve(s float64) float64 {
 	if s <= 0.5 {
 		return max(s, 0)
 	}
@@ -263,7 +262,7 @@ func Curve(s float64) float64 {
 
 // fraction is tier's fraction shed. c.mu is held.
 func (c *Controller) fraction(tier int) float64 {
-	return Curve(c.share(tier))
+	return curve(c.share(tier))
 }
 
 // publish stores the pressure and each tier's fraction for the request
@@ -299,23 +298,22 @@ func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bo
 	well := !ratioOK || ratio >= c.cfg.RatioRecover
 	switch {
 	case slow || queueOver:
-		if c.falling && c.pressure > 0 {
+		if c.fell > 0 && c.pressure > 0 {
 			c.backoff = min(2*c.backoff, MaxBackoff)
 		}
-		c.falling, c.fell = false, 0
+		c.fell = 0
 		c.pressure += float64(dt) / float64(c.cfg.Rise)
 	case well:
 		down := float64(dt) / (float64(c.cfg.Fall) * c.backoff)
-		c.falling = true
 		c.fell += down
 		c.pressure -= down
-		if c.fell >= Reserve+1 {
-			c.backoff, c.fell = max(c.backoff/2, 1), 0
+		if c.fell > Reserve+1 {
+			c.backoff, c.fell = max(c.backoff/2, 1), c.fell-(Reserve+1)
 		}
 	}
 	c.pressure = min(max(c.pressure, 0), c.ceiling())
 	if c.pressure == 0 {
-		c.backoff, c.falling, c.fell = 1, false, 0
+		c.backoff, c.fell = 1, 0
 	}
 	c.publish()
 }

@@ -96,7 +96,8 @@ type step struct {
 
 // runStep updates a controller every tick for d with s's signals, checking
 // the order of the tiers and that no fraction moves by more than three
-// ticks' worth (Curve's steepest), and returns the fractions of tiers 1 to 9 every second.
+// ticks' worth (curve's steepest), and returns the fractions of tiers 1
+// to 9 every second.
 func runStep(t *testing.T, cfg ControllerConfig, s step, d time.Duration) [][MaxTier + 1]float64 {
 	c := newController(t, cfg)
 	cfg = cfg.withDefaults()
@@ -330,23 +331,24 @@ func TestControllerSetTiers(t *testing.T) {
 	check("none", 0, map[int]float64{1: 0, 5: 0})
 }
 
-// TestCurve checks the fraction shed at each share of the pressure: the
-// share itself up to one half, then steeper, continuous and rising, to 1.
+// TestCurve checks curve, the fraction shed at each share of the
+// pressure: the share itself up to one half, then steeper, continuous and
+// rising, to 1.
 func TestCurve(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ s, want float64 }{
 		{-1, 0}, {0, 0}, {0.25, 0.25}, {0.5, 0.5}, {0.75, 0.9375}, {0.9, 0.996}, {1, 1}, {2, 1},
 	} {
-		if got := Curve(tc.s); math.Abs(got-tc.want) > 1e-9 {
-			t.Errorf("Curve(%v) = %v, want %v", tc.s, got, tc.want)
+		if got := curve(tc.s); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("curve(%v) = %v, want %v", tc.s, got, tc.want)
 		}
 	}
 	prev := 0.0
 	for i := 1; i <= 1000; i++ {
 		s := float64(i) / 1000
-		f := Curve(s)
+		f := curve(s)
 		if f < prev || f-prev > 3.0/1000+1e-12 {
-			t.Fatalf("Curve(%v) = %v after %v", s, f, prev)
+			t.Fatalf("curve(%v) = %v after %v", s, f, prev)
 		}
 		prev = f
 	}
