@@ -1,17 +1,14 @@
 package integration
 
 import (
-	"encoding/json"
 	"errors"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-
-	"github.com/cqlguard/cqlguard/proxy"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // clientsConfig is the budget proxy's configuration file, after its listen
@@ -48,8 +45,8 @@ type budgetRun struct {
 	Seconds        float64
 }
 
-// countingRetryPolicy is gocql's retry policy for the budget flood: it
-// counts each time gocql consults it and never retries.
+// countingRetryPolicy is gocql's retry policy for the floods: it counts
+// each time gocql consults it and never retries.
 type countingRetryPolicy struct{ consulted atomic.Int64 }
 
 func (p *countingRetryPolicy) Attempt(gocql.RetryableQuery) bool {
@@ -60,6 +57,19 @@ func (p *countingRetryPolicy) Attempt(gocql.RetryableQuery) bool {
 func (p *countingRetryPolicy) GetRetryType(error) gocql.RetryType {
 	p.consulted.Add(1)
 	return gocql.Rethrow
+}
+
+// countingSession returns a gocql session through addr whose retry policy
+// counts how often it is consulted, closed when the test ends.
+func countingSession(t *testing.T, addr string) (*gocql.Session, *countingRetryPolicy) {
+	t.Helper()
+	retry := &countingRetryPolicy{}
+	s := sessionThrough(t, addr, func(c *gocql.ClusterConfig) {
+		c.Timeout = 20 * time.Second
+		c.RetryPolicy = retry
+	})
+	t.Cleanup(s.Close)
+	return s, retry
 }
 
 // TestClassBudgetEnforced floods a proxy whose client class flood, the
@@ -85,37 +95,23 @@ func TestClassBudgetEnforced(t *testing.T) {
 	// counters returns the class's requests and budget refusals so far.
 	counters := func(t *testing.T) (requests, refusals int) {
 		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				if label(m, "class") != budgetClass {
-					continue
-				}
-				switch mf.GetName() {
-				case "cqlguard_client_requests_total":
-					requests = int(m.GetCounter().GetValue())
-				case "cqlguard_client_budget_refusals_total":
-					refusals = int(m.GetCounter().GetValue())
-				}
+		eachMetric(t, reg, func(name string, m *dto.Metric) {
+			if label(m, "class") != budgetClass {
+				return
 			}
-		}
+			switch name {
+			case "cqlguard_client_requests_total":
+				requests = int(m.GetCounter().GetValue())
+			case "cqlguard_client_budget_refusals_total":
+				refusals = int(m.GetCounter().GetValue())
+			}
+		})
 		return requests, refusals
 	}
 	// forwarded returns how many reads and writes of the table the proxy
 	// let through since the last call: the observer sees no request the
 	// budget refused.
-	forwarded := func() int {
-		n := 0
-		for _, o := range seen.take(budgetKeyspace, budgetTable) {
-			if o.op == proxy.OpRead || o.op == proxy.OpWrite {
-				n++
-			}
-		}
-		return n
-	}
+	forwarded := func() int { return seen.takeForwarded(budgetKeyspace, budgetTable) }
 	// check compares what a driver reports of its flood of n writes and n
 	// reads with what the proxy counted meanwhile.
 	const n = 100
@@ -165,12 +161,7 @@ func TestClassBudgetEnforced(t *testing.T) {
 	t.Run("gocql", func(t *testing.T) {
 		// gocql consults its retry policy only for idempotent queries,
 		// which by default these are not: the policy must not be asked.
-		retry := &countingRetryPolicy{}
-		s := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) {
-			c.Timeout = 20 * time.Second
-			c.RetryPolicy = retry
-		})
-		defer s.Close()
+		s, retry := countingSession(t, cfg.Listen)
 		var res budgetRun
 		requests, refusals := delta(t, func() {
 			res.Seconds = floodGocql(t, s, budgetKeyspace+"."+budgetTable, n, &res.Write, &res.Read, func(_ string, err error) bool {
@@ -186,17 +177,7 @@ func TestClassBudgetEnforced(t *testing.T) {
 	// with writes and then reads, checks each refusal is the Config_error
 	// its driver raises for the class (LIMIT_EXPECT=class_budget), and
 	// prints a JSON line of what was accepted and refused.
-	for _, d := range []struct {
-		name, dir, script string
-		env               []string
-		key               int
-	}{
-		{"python-datastax", "python", "limits_test.py", []string{"CQL_PY_DRIVER=datastax"}, 51},
-		{"python-scylla", "python", "limits_test.py", []string{"CQL_PY_DRIVER=scylla"}, 52},
-		{"java", "java", "limits", nil, 53},
-		{"rust", "rust", "limits_test", nil, 54},
-		{"node", "node", "limits_test", nil, 55},
-	} {
+	for _, d := range limitsClients {
 		t.Run(d.name, func(t *testing.T) {
 			env := append([]string{
 				"CQL_PORT=" + port, "LIMIT_EXPECT=class_budget", "LIMIT_CLASS=" + budgetClass,
@@ -205,16 +186,8 @@ func TestClassBudgetEnforced(t *testing.T) {
 			}, d.env...)
 			var out string
 			requests, refusals := delta(t, func() { out = runDriverScript(t, d.dir, d.script, env...) })
-			lines := strings.Split(strings.TrimSpace(out), "\n")
 			var res budgetRun
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
-				t.Fatalf("driver output: %v", err)
-			}
-			for _, l := range lines {
-				if strings.HasPrefix(l, "refused ") && !strings.Contains(l, want) {
-					t.Errorf("%s; want the message %q", l, want)
-				}
-			}
+			decodeLimitsOutput(t, out, want, &res)
 			check(t, res, requests, refusals)
 		})
 	}

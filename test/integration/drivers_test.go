@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -52,4 +54,43 @@ func TestPythonDriverThroughProxy(t *testing.T) {
 func TestNodeDriverThroughProxy(t *testing.T) {
 	skipUnlessEnabled(t)
 	runDriver(t, "node")
+}
+
+// limitsClient is a driver's limits client (test/drivers/*/limits*): it
+// sends LIMIT_N writes and LIMIT_N reads to partition key LIMIT_KEY, checks
+// each refusal is what LIMIT_EXPECT says its driver raises, prints a line
+// "refused ..." for each, and ends with a JSON line of what it saw.
+type limitsClient struct {
+	name, dir, script string
+	env               []string
+	key               int
+}
+
+// limitsClients are the limits clients of the drivers other than gocql,
+// each on a partition of its own.
+var limitsClients = []limitsClient{
+	{"python-datastax", "python", "limits_test.py", []string{"CQL_PY_DRIVER=datastax"}, 51},
+	{"python-scylla", "python", "limits_test.py", []string{"CQL_PY_DRIVER=scylla"}, 52},
+	{"java", "java", "limits", nil, 53},
+	{"rust", "rust", "limits_test", nil, 54},
+	{"node", "node", "limits_test", nil, 55},
+}
+
+// decodeLimitsOutput decodes the closing JSON line of a limits client's
+// output into res, and fails the test for each refusal it printed without
+// want, unless want is empty.
+func decodeLimitsOutput(t *testing.T, out, want string, res any) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), res); err != nil {
+		t.Fatalf("driver output: %v", err)
+	}
+	if want == "" {
+		return
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "refused ") && !strings.Contains(l, want) {
+			t.Errorf("%s; want the message %q", l, want)
+		}
+	}
 }

@@ -15,10 +15,8 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/proxy"
 )
 
 // hotKeyspace holds the table whose hot reads the hot reads proxy serves:
@@ -41,22 +39,30 @@ type hotProxy struct {
 // served returns the hot reads of cqlguard_hot.kv by outcome so far.
 func (p *hotProxy) served(t *testing.T) map[string]float64 {
 	t.Helper()
-	mfs, err := p.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "cqlguard_hot_reads_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
+	eachMetric(t, p.reg, func(name string, m *dto.Metric) {
+		if name == "cqlguard_hot_reads_total" {
 			out[label(m, "outcome")] += m.GetCounter().GetValue()
 		}
-	}
+	})
 	return out
 }
 
+// eachMetric calls f with each series reg gathers now, and its name.
+func eachMetric(t *testing.T, reg prometheus.Gatherer, f func(name string, m *dto.Metric)) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			f(mf.GetName(), m)
+		}
+	}
+}
+
+// label returns the value of m's label name, empty if it has none.
 func label(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name {
@@ -84,17 +90,7 @@ func startHotProxy(t *testing.T, ttl time.Duration) *hotProxy {
 		"kv": {Coalesce: true, CacheTTL: config.Duration(ttl), HotRate: &every},
 	}}}
 	reg := prometheus.NewRegistry()
-	p, err := proxy.New(cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), reg)
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-	})
+	serveProxy(t, ln, cfg, reg)
 	s := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) { c.Timeout = 30 * time.Second },
 		"CREATE KEYSPACE IF NOT EXISTS "+hotKeyspace+" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
 		"CREATE TABLE IF NOT EXISTS "+hotKeyspace+".kv (k int, c int, v text, PRIMARY KEY (k, c))")

@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"context"
 	"encoding/binary"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +14,6 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
@@ -64,17 +61,7 @@ func TestLimitsEnforced(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := &classLog{watched: map[string]bool{"cqlguard_limits": true}, byTable: map[string][]observation{}}
-	p, err := proxy.New(cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), prometheus.NewRegistry(), proxy.WithObserver(seen.add))
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		p.Shutdown(ctx)
-	}()
+	p := serveProxy(t, ln, cfg, prometheus.NewRegistry(), proxy.WithObserver(seen.add))
 
 	s := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) { c.Timeout = 20 * time.Second },
 		"CREATE KEYSPACE IF NOT EXISTS cqlguard_limits WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
@@ -197,14 +184,11 @@ func TestLimitsEnforced(t *testing.T) {
 			const n = 50
 			env := append([]string{"CQL_PORT=" + port, "LIMIT_KEY=" + strconv.Itoa(int(d.key)), "LIMIT_N=" + strconv.Itoa(n)}, d.env...)
 			out := runDriverScript(t, d.dir, d.script, env...)
-			lines := strings.Split(strings.TrimSpace(out), "\n")
 			var res struct {
 				Write, Read struct{ Accepted, Refused int }
 				Seconds     float64
 			}
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
-				t.Fatalf("driver output: %v", err)
-			}
+			decodeLimitsOutput(t, out, "", &res)
 			for _, op := range []struct {
 				name string
 				acc  int

@@ -199,7 +199,15 @@ func serveFile(t *testing.T, body, watched string) *fileProxy {
 		ln.Close()
 		t.Fatal(err)
 	}
-	p, err := proxy.New(fp.cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), fp.reg, proxy.WithObserver(fp.seen.add))
+	serveProxy(t, ln, fp.cfg, fp.reg, proxy.WithObserver(fp.seen.add))
+	return fp
+}
+
+// serveProxy runs a proxy in this process with cfg on ln, logging warnings,
+// and drains it when the test ends.
+func serveProxy(t *testing.T, ln net.Listener, cfg config.Config, reg *prometheus.Registry, opts ...proxy.Option) *proxy.Proxy {
+	t.Helper()
+	p, err := proxy.New(cfg, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), reg, opts...)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
@@ -210,7 +218,7 @@ func serveFile(t *testing.T, body, watched string) *fileProxy {
 		defer cancel()
 		p.Shutdown(ctx)
 	})
-	return fp
+	return p
 }
 
 // floodGocql sends n writes and then n reads of partition 50 of table
@@ -311,6 +319,19 @@ func (l *classLog) take(keyspace, table string) []observation {
 	out := l.byTable[key]
 	delete(l.byTable, key)
 	return out
+}
+
+// takeForwarded returns how many reads and writes of keyspace.table were
+// recorded since the last take, and forgets them: the requests the proxy
+// let through, as the observer sees none it refused or shed.
+func (l *classLog) takeForwarded(keyspace, table string) int {
+	n := 0
+	for _, o := range l.take(keyspace, table) {
+		if o.op == proxy.OpRead || o.op == proxy.OpWrite {
+			n++
+		}
+	}
+	return n
 }
 
 func (l *classLog) add(c *proxy.Classification) {

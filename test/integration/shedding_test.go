@@ -2,20 +2,17 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-
-	"github.com/cqlguard/cqlguard/proxy"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // shedConfig is the shedding proxy's configuration file, after its listen
@@ -182,36 +179,30 @@ func TestShedDrivers(t *testing.T) {
 	// fraction of tier 5 being shed with the queue's shortest wait.
 	gather := func(t *testing.T) (c shedCounts, fraction, standing float64) {
 		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				switch mf.GetName() {
-				case "cqlguard_client_requests_total":
-					if label(m, "class") == "batch" {
-						c.requests = int(m.GetCounter().GetValue())
-					}
-				case "cqlguard_shed_requests_total":
-					if label(m, "outcome") != "shed" {
-						continue
-					}
-					switch label(m, "tier") {
-					case strconv.Itoa(shedTier):
-						c.shed = int(m.GetCounter().GetValue())
-					case "0":
-						c.shedTop = int(m.GetCounter().GetValue())
-					}
-				case "cqlguard_shed_fraction":
-					if label(m, "tier") == strconv.Itoa(shedTier) {
-						fraction = m.GetGauge().GetValue()
-					}
-				case "cqlguard_shed_queue_standing_seconds":
-					standing = m.GetGauge().GetValue()
+		eachMetric(t, reg, func(name string, m *dto.Metric) {
+			switch name {
+			case "cqlguard_client_requests_total":
+				if label(m, "class") == "batch" {
+					c.requests = int(m.GetCounter().GetValue())
 				}
+			case "cqlguard_shed_requests_total":
+				if label(m, "outcome") != "shed" {
+					return
+				}
+				switch label(m, "tier") {
+				case strconv.Itoa(shedTier):
+					c.shed = int(m.GetCounter().GetValue())
+				case "0":
+					c.shedTop = int(m.GetCounter().GetValue())
+				}
+			case "cqlguard_shed_fraction":
+				if label(m, "tier") == strconv.Itoa(shedTier) {
+					fraction = m.GetGauge().GetValue()
+				}
+			case "cqlguard_shed_queue_standing_seconds":
+				standing = m.GetGauge().GetValue()
 			}
-		}
+		})
 		return c, fraction, standing
 	}
 
@@ -234,15 +225,7 @@ func TestShedDrivers(t *testing.T) {
 	// forwarded returns how many reads and writes of the bulk table the
 	// proxy let through since the last call: the observer sees no request
 	// that was shed.
-	forwarded := func() int {
-		n := 0
-		for _, o := range seen.take(shedKeyspace, shedTable) {
-			if o.op == proxy.OpRead || o.op == proxy.OpWrite {
-				n++
-			}
-		}
-		return n
-	}
+	forwarded := func() int { return seen.takeForwarded(shedKeyspace, shedTable) }
 	// delta runs f and returns the batch class's counters' change.
 	delta := func(t *testing.T, f func()) shedCounts {
 		t.Helper()
@@ -294,12 +277,7 @@ func TestShedDrivers(t *testing.T) {
 	t.Run("gocql", func(t *testing.T) {
 		// gocql's default is no retry policy; it would consult one only
 		// for idempotent queries, which by default these are not.
-		retry := &countingRetryPolicy{}
-		s := sessionThrough(t, cfg.Listen, func(c *gocql.ClusterConfig) {
-			c.Timeout = 20 * time.Second
-			c.RetryPolicy = retry
-		})
-		defer s.Close()
+		s, retry := countingSession(t, cfg.Listen)
 		var res shedRun
 		c := delta(t, func() {
 			res.Seconds = floodGocql(t, s, shedKeyspace+"."+shedTable, n, &res.Write, &res.Read, func(op string, err error) bool {
@@ -324,30 +302,29 @@ func TestShedDrivers(t *testing.T) {
 	// (LIMIT_EXPECT=shed), checks each refusal is Overloaded with the shed
 	// message as its driver raises it, and prints a JSON line of what was
 	// refused, how, and what its retry policy decided.
-	for _, d := range []struct {
-		name, dir, script string
-		env               []string
-		key               int
-		// surfaced is what the driver raises; consulted and retries are
-		// what its default retry policy is asked and decides for the 2n
-		// requests.
+	// What each driver raises, and what its default retry policy is asked
+	// (consulted) and decides (retries) for the 2n requests.
+	expect := map[string]struct {
 		surfaced           string
 		consulted, retries int
 	}{
 		// The Python drivers retry Overloaded on the next host whatever
 		// the statement; there is none.
-		{"python-datastax", "python", "limits_test.py", []string{"CQL_PY_DRIVER=datastax"}, 51,
-			"NoHostAvailable(OverloadedErrorMessage)", 2 * n, 2 * n},
-		{"python-scylla", "python", "limits_test.py", []string{"CQL_PY_DRIVER=scylla"}, 52,
-			"NoHostAvailable(OverloadedErrorMessage)", 2 * n, 2 * n},
+		"python-datastax": {"NoHostAvailable(OverloadedErrorMessage)", 2 * n, 2 * n},
+		"python-scylla":   {"NoHostAvailable(OverloadedErrorMessage)", 2 * n, 2 * n},
 		// The Java and Node.js drivers ask their policy only about
 		// idempotent statements.
-		{"java", "java", "limits", nil, 53, "OverloadedException", 0, 0},
+		"java": {"OverloadedException", 0, 0},
 		// The Rust driver asks its policy about every error; the default
 		// retries Overloaded only for idempotent statements.
-		{"rust", "rust", "limits_test", nil, 54, "LastAttemptError(DbError(Overloaded))", 2 * n, 0},
-		{"node", "node", "limits_test", nil, 55, "ResponseError", 0, 0},
-	} {
+		"rust": {"LastAttemptError(DbError(Overloaded))", 2 * n, 0},
+		"node": {"ResponseError", 0, 0},
+	}
+	for _, d := range limitsClients {
+		e, ok := expect[d.name]
+		if !ok {
+			t.Fatalf("%s: no expectation for its driver", d.name)
+		}
 		t.Run(d.name, func(t *testing.T) {
 			env := append([]string{
 				"CQL_PORT=" + port, "LIMIT_EXPECT=shed", "LIMIT_TIER=" + strconv.Itoa(shedTier), "LIMIT_NODE=" + cassandraAddr,
@@ -356,17 +333,9 @@ func TestShedDrivers(t *testing.T) {
 			}, d.env...)
 			var out string
 			c := delta(t, func() { out = runDriverScript(t, d.dir, d.script, env...) })
-			lines := strings.Split(strings.TrimSpace(out), "\n")
 			var res shedRun
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
-				t.Fatalf("driver output: %v", err)
-			}
-			for _, l := range lines {
-				if strings.HasPrefix(l, "refused ") && !strings.Contains(l, want) {
-					t.Errorf("%s; want the message %q", l, want)
-				}
-			}
-			check(t, res, c, d.surfaced, d.consulted, d.retries)
+			decodeLimitsOutput(t, out, want, &res)
+			check(t, res, c, e.surfaced, e.consulted, e.retries)
 		})
 	}
 }
