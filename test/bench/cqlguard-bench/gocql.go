@@ -91,6 +91,11 @@ func (r *gocqlRow) median(f func(gocqlRun) float64) float64 {
 		vs[i] = f(run)
 	}
 	slices.Sort(vs)
+	return sortedMedian(vs)
+}
+
+// sortedMedian returns the median of vs, sorted and not empty.
+func sortedMedian(vs []float64) float64 {
 	n := len(vs)
 	if n%2 == 1 {
 		return vs[n/2]
@@ -126,12 +131,7 @@ func (r *gocqlRow) pairedRatio(f func(gocqlRun) float64) (med, lo, hi float64, o
 		return 0, 0, 0, false
 	}
 	slices.Sort(vs)
-	n := len(vs)
-	med = vs[n/2]
-	if n%2 == 0 {
-		med = (vs[n/2-1] + vs[n/2]) / 2
-	}
-	return med, vs[0], vs[n-1], true
+	return sortedMedian(vs), vs[0], vs[len(vs)-1], true
 }
 
 // addedP50 is how much the row's median p50 exceeds the direct row's.
