@@ -125,7 +125,7 @@ type session struct {
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
-	guard := &stallGuard{Conn: client, timeout: time.Duration(p.cfg.FrameTimeout)}
+	guard := &stallGuard{Conn: client, in: newSockReader(client), timeout: time.Duration(p.cfg.FrameTimeout)}
 	clientIn := newLazyReader(guard, client, &p.reads)
 	upstreamIn := u.in
 	s := &session{
@@ -187,6 +187,7 @@ func (b frameBudget) Give(n int) { b.b.give(n) }
 // bounded: drivers keep idle connections open.
 type stallGuard struct {
 	net.Conn
+	in      *sockReader   // reads Conn
 	frames  *frame.Reader // reads through the guard
 	timeout time.Duration
 	armed   bool // a read deadline is set
@@ -211,7 +212,7 @@ func (g *stallGuard) Read(b []byte) (int, error) {
 		g.Conn.SetReadDeadline(time.Time{})
 		g.armed = false
 	}
-	return g.Conn.Read(b)
+	return g.in.Read(b)
 }
 
 // run serves the session until either side closes.

@@ -41,7 +41,7 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 	if err != nil {
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}
-	u := &upstreamConn{conn: c, in: newLazyReader(c, c, bufs)}
+	u := &upstreamConn{conn: c, in: newLazyReader(newSockReader(c), c, bufs)}
 	u.in.take()
 	c.SetDeadline(time.Now().Add(timeout))
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 0, Opcode: frame.OpOptions})
@@ -137,12 +137,8 @@ type lazyReader struct {
 // taking buffers from bufs.
 func newLazyReader(src io.Reader, conn net.Conn, bufs *readBuffers) *lazyReader {
 	l := &lazyReader{br: new(bufio.Reader), bufs: bufs, src: src}
-	// *tls.Conn is no syscall.Conn: its bytes must go through it.
-	if sc, ok := conn.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			l.raw = raw
-			l.ready = l.readable
-		}
+	if l.raw = rawConnOf(conn); l.raw != nil {
+		l.ready = l.readable
 	}
 	return l
 }
@@ -193,21 +189,18 @@ func (l *lazyReader) readable(fd uintptr) bool {
 		return true
 	}
 	l.tried = true
-	for {
-		n, err := syscall.Read(int(fd), l.head[:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return false
-		case err != nil:
-			l.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", err)}
-		case n == 0:
-			l.err = io.EOF
-		}
-		l.n = max(n, 0)
-		return true
+	n, errno := readRaw(fd, l.head[:])
+	switch {
+	case errno == syscall.EAGAIN:
+		return false
+	case errno != 0:
+		l.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", errno)}
+		n = 0
+	case n == 0:
+		l.err = io.EOF
 	}
+	l.n = n
+	return true
 }
 
 // Read is br's source: the bytes read while parked, then the connection.

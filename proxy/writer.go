@@ -26,7 +26,7 @@ var errWriterClosed = errors.New("connection closed")
 // then ends, so that an idle connection, the many a driver keeps open,
 // costs no goroutine for its writers.
 type writer struct {
-	conn   net.Conn
+	out    *sockWriter
 	max    int    // pending bytes past which Write blocks
 	budget *bound // max_buffered_bytes_total; nil for no bound
 	// held is the bytes queued or being written, taken from budget.
@@ -61,7 +61,7 @@ func newWriter(conn net.Conn, maxPending int) *writer {
 // newBudgetWriter returns a writer that also takes what it holds from
 // budget, when that is not nil.
 func newBudgetWriter(conn net.Conn, maxPending int, budget *bound) *writer {
-	w := &writer{conn: conn, max: maxPending, budget: budget}
+	w := &writer{out: newSockWriter(conn), max: maxPending, budget: budget}
 	w.room.L = &w.mu
 	w.run = w.loop
 	w.wkick = w.waitKick
@@ -278,7 +278,7 @@ func (w *writer) loop() {
 			w.wire = segs.AppendFrames(w.wire, w.spare[raw:])
 			out = w.wire
 		}
-		if _, err := w.conn.Write(out); err != nil {
+		if _, err := w.out.Write(out); err != nil {
 			w.mu.Lock()
 			w.err = err
 			w.closed = true

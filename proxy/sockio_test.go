@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// The raw reader and writer move bytes as net.Conn does, wait for a socket
+// that is empty or full, and end with the errors net.Conn's would give:
+// EOF, a deadline's timeout, a closed connection.
+func TestSockIO(t *testing.T) {
+	t.Parallel()
+	a, b := tcpPair(t, "127.0.0.1:0")
+	w, r := newSockWriter(a), newSockReader(b)
+	if rawCalls && (w.raw == nil || r.raw == nil) {
+		t.Fatal("a TCP connection is not read and written with raw calls")
+	}
+
+	// More than both socket buffers hold: the writer meets a full socket
+	// and waits for the reader.
+	want := make([]byte, 16<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := w.Write(want)
+		if err == nil && n != len(want) {
+			err = io.ErrShortWrite
+		}
+		done <- err
+	}()
+	got := make([]byte, 0, len(want))
+	buf := make([]byte, 5000)
+	for len(got) < len(want) {
+		n, err := r.Read(buf)
+		if err != nil {
+			t.Fatalf("read after %d bytes: %v", len(got), err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes arrived changed")
+	}
+
+	// A deadline ends a read that finds nothing.
+	b.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	var ne net.Error
+	if _, err := r.Read(buf); !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+	b.SetReadDeadline(time.Time{})
+
+	// The peer's close is EOF once its bytes are read.
+	if _, err := w.Write([]byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if n, err := io.ReadFull(r, buf[:4]); err != nil || string(buf[:n]) != "last" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if _, err := r.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want EOF", err)
+	}
+	// Writing a closed connection fails as net.Conn's Write does.
+	if _, err := w.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after close: %v, want net.ErrClosed", err)
+	}
+	b.Close()
+	if _, err := r.Read(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read after close: %v, want net.ErrClosed", err)
+	}
+}
+
+// A peer that resets the connection fails the write with the system's
+// error, wrapped as net.Conn's Write wraps it.
+func TestSockWriterReset(t *testing.T) {
+	t.Parallel()
+	a, b := tcpPair(t, "127.0.0.1:0")
+	b.(*net.TCPConn).SetLinger(0)
+	b.Close() // RST
+	w := newSockWriter(a)
+	var err error
+	for range 100 {
+		if _, err = w.Write(make([]byte, 64<<10)); err != nil {
+			break
+		}
+		time.Sleep(time.Millisecond) // the RST is on its way
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "write" {
+		t.Fatalf("write to a reset connection: %v, want a write OpError", err)
+	}
+}
+
+// Connections that are not sockets are read and written through net.Conn.
+func TestSockIOFallback(t *testing.T) {
+	t.Parallel()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	w, r := newSockWriter(a), newSockReader(b)
+	if w.raw != nil || r.raw != nil {
+		t.Fatal("a pipe got a raw connection")
+	}
+	go w.Write([]byte("hello"))
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(r, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+}
+
+// Reading and writing allocate nothing.
+func TestSockIOAllocs(t *testing.T) {
+	a, b := tcpPair(t, "127.0.0.1:0")
+	w, r := newSockWriter(a), newSockReader(b)
+	msg, buf := []byte("0123456789"), make([]byte, 64)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := w.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(r, buf[:len(msg)]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per write and read", allocs)
+	}
+}
