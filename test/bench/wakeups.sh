@@ -3,7 +3,10 @@
 # /debug/pprof/trace with admin.profiling, or cqlguard-bench relay -trace),
 # the events that cost a proxy per request besides its own code: system
 # calls, goroutines parking (and why) and waking, and Ps going idle.
-# Divide by the requests the trace covers (rate x seconds).
+# Divide by the requests the trace covers (rate x seconds). cqlguard's
+# socket reads and writes on plain TCP are raw system calls
+# (proxy/sockio.go), which the trace does not show as system calls; count
+# those with strace -c -f -p PID instead.
 #
 #	bash test/bench/wakeups.sh trace.out
 set -euo pipefail
