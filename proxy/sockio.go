@@ -64,18 +64,23 @@ func (r *sockReader) Read(b []byte) (int, error) {
 
 func (r *sockReader) rawRead(fd uintptr) bool {
 	n, errno := readRaw(fd, r.b)
-	switch errno {
-	case 0:
-		r.n = n
-		if n == 0 {
-			r.err = io.EOF
-		}
-	case syscall.EAGAIN:
-		return false
-	default:
-		r.err = &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+	if errno == syscall.EAGAIN {
+		return false // the poller waits for bytes, then calls again
 	}
+	r.n, r.err = readOutcome(r.conn, n, errno)
 	return true
+}
+
+// readOutcome is what a raw read that returned n and errno, not EAGAIN,
+// gives the reader: bytes, EOF, or the error net.Conn's Read would give.
+func readOutcome(conn net.Conn, n int, errno syscall.Errno) (int, error) {
+	switch {
+	case errno != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: conn.LocalAddr(), Addr: conn.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // sockWriter writes a connection, with raw system calls when it is a

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -128,6 +127,7 @@ type lazyReader struct {
 	off, n int       // head[off:n] is yet to be read through br
 	err    error     // the error of the parked read, after head
 
+	conn  net.Conn
 	raw   syscall.RawConn       // the socket's, nil for TLS and others
 	tried bool                  // readable has tried head once
 	ready func(fd uintptr) bool // readable, made once so that waiting allocates nothing
@@ -136,7 +136,7 @@ type lazyReader struct {
 // newLazyReader returns a parked lazyReader of src, which reads conn,
 // taking buffers from bufs.
 func newLazyReader(src io.Reader, conn net.Conn, bufs *readBuffers) *lazyReader {
-	l := &lazyReader{br: new(bufio.Reader), bufs: bufs, src: src}
+	l := &lazyReader{br: new(bufio.Reader), bufs: bufs, src: src, conn: conn}
 	if l.raw = rawConnOf(conn); l.raw != nil {
 		l.ready = l.readable
 	}
@@ -190,16 +190,10 @@ func (l *lazyReader) readable(fd uintptr) bool {
 	}
 	l.tried = true
 	n, errno := readRaw(fd, l.head[:])
-	switch {
-	case errno == syscall.EAGAIN:
+	if errno == syscall.EAGAIN {
 		return false
-	case errno != 0:
-		l.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", errno)}
-		n = 0
-	case n == 0:
-		l.err = io.EOF
 	}
-	l.n = n
+	l.n, l.err = readOutcome(l.conn, n, errno)
 	return true
 }
 
