@@ -3,23 +3,25 @@ package proxy
 // Reading and writing a connection's socket outside the Go runtime's
 // system call accounting.
 //
-// net.Conn's Read and Write enter the runtime's blocking system call state
-// for every read(2) and write(2), although on the non-blocking sockets the
-// net package makes they never block. While a goroutine is in that state
-// the runtime's monitor thread (sysmon) watches its P: every 20 µs it
-// wakes to see whether to hand the P to another thread, and each write on
-// loopback, which runs the peer's receive path too, lasts long enough to be
-// handed off. At the loads a proxy runs that monitor was a fifth of the
-// proxy's CPU (docs/benchmarks.md, issue 18), and the hand-offs cost thread
-// wake-ups besides. sockReader and sockWriter make the same read(2) and
-// write(2) as raw system calls inside syscall.RawConn's Read and Write, so
-// that the net package's poller still waits for readiness and keeps
-// deadlines, and the runtime counts the call as the running goroutine's
-// own work. A raw call on a non-blocking socket cannot block, so holding
-// the P for it costs nobody else anything.
+// net.Conn's Read and Write enter the runtime's system call state for
+// every read(2) and write(2), although on the non-blocking sockets the net
+// package makes they never block. Entering it wakes the runtime's monitor
+// thread (sysmon) from its deep sleep, with a futex, whenever the proxy
+// has been idle, and the monitor then checks every 20 µs for a while, to
+// hand a P stuck in a system call to another thread. At the loads a proxy
+// runs, busy and idle thousands of times a second, that monitor was a
+// fifth of the proxy's CPU and its futexes more (docs/benchmarks.md,
+// issue 18). sockReader and sockWriter make the same read(2) and write(2)
+// as raw system calls inside syscall.RawConn's Read and Write, so that the
+// net package's poller still waits for readiness and keeps deadlines, and
+// the runtime counts the call as the running goroutine's own work. A raw
+// call on a non-blocking socket cannot block: holding the P keeps other
+// goroutines waiting no longer than the call's own CPU time.
 //
-// Connections that are not sockets (TLS, in-memory pipes in tests) and
-// platforms without raw calls use the connection's own Read and Write.
+// Connections that are not the net package's sockets (TLS, wrappers,
+// in-memory pipes in tests) and platforms other than Linux use the
+// connection's own Read and Write. Under the race detector and the
+// sanitizers the same paths make checked calls (sockio_checked_linux.go).
 
 import (
 	"io"
@@ -56,7 +58,8 @@ func (r *sockReader) Read(b []byte) (int, error) {
 	r.b = nil
 	if err != nil {
 		// A deadline or a close, from the poller: the same errors as
-		// conn.Read's, under the name of raw-read.
+		// conn.Read's, which name the operation read.
+		renameOp(err, "read")
 		return 0, err
 	}
 	return r.n, r.err
@@ -76,7 +79,7 @@ func (r *sockReader) rawRead(fd uintptr) bool {
 func readOutcome(conn net.Conn, n int, errno syscall.Errno) (int, error) {
 	switch {
 	case errno != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: conn.LocalAddr(), Addr: conn.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+		return 0, opError(conn, "read", errno)
 	case n == 0:
 		return 0, io.EOF
 	}
@@ -109,42 +112,67 @@ func (w *sockWriter) Write(b []byte) (int, error) {
 	err := w.raw.Write(w.fn)
 	n := len(b) - len(w.b)
 	w.b = nil
-	if err == nil {
-		err = w.err
+	if err != nil {
+		renameOp(err, "write")
+		return n, err
 	}
-	return n, err
+	return n, w.err
 }
 
 func (w *sockWriter) rawWrite(fd uintptr) bool {
 	for len(w.b) > 0 {
 		n, errno := writeRaw(fd, w.b)
-		switch errno {
-		case 0:
-			w.b = w.b[n:]
-		case syscall.EAGAIN:
+		switch {
+		case errno == syscall.EAGAIN:
 			return false // the poller waits for room, then calls again
-		default:
-			w.err = &net.OpError{Op: "write", Net: "tcp", Source: w.conn.LocalAddr(), Addr: w.conn.RemoteAddr(), Err: os.NewSyscallError("write", errno)}
+		case errno != 0:
+			w.err = opError(w.conn, "write", errno)
+			return true
+		case n == 0:
+			// As net.Conn's Write: a socket that takes nothing and
+			// says nothing is not waited on forever.
+			w.err = io.ErrUnexpectedEOF
 			return true
 		}
+		w.b = w.b[n:]
 	}
 	return true
 }
 
 // rawConnOf returns conn's raw connection when raw system calls can read
-// and write it, else nil.
+// and write it, else nil. Only the net package's own socket types qualify:
+// another type that is a syscall.Conn (a *tls.Conn is not) may do more in
+// its Read and Write than move bytes, and must not be bypassed.
 func rawConnOf(conn net.Conn) syscall.RawConn {
 	if !rawCalls {
 		return nil
 	}
-	// *tls.Conn is no syscall.Conn: its bytes must go through it.
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
+	var raw syscall.RawConn
+	var err error
+	switch c := conn.(type) {
+	case *net.TCPConn:
+		raw, err = c.SyscallConn()
+	case *net.UnixConn:
+		raw, err = c.SyscallConn()
+	default:
 		return nil
 	}
-	raw, err := sc.SyscallConn()
 	if err != nil {
 		return nil
 	}
 	return raw
+}
+
+// opError is the error net.Conn's Read or Write gives for errno.
+func opError(conn net.Conn, op string, errno syscall.Errno) error {
+	return &net.OpError{Op: op, Net: conn.LocalAddr().Network(), Source: conn.LocalAddr(), Addr: conn.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+}
+
+// renameOp gives an error of RawConn's Read or Write ("raw-read",
+// "raw-write") the operation's name net.Conn's would have, so that logs
+// read the same either way.
+func renameOp(err error, op string) {
+	if e, ok := err.(*net.OpError); ok {
+		e.Op = op
+	}
 }

@@ -1,3 +1,5 @@
+//go:build linux && !race && !msan && !asan
+
 package proxy
 
 import (

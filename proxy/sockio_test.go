@@ -101,9 +101,34 @@ func TestSockWriterReset(t *testing.T) {
 	}
 }
 
-// Connections that are not sockets are read and written through net.Conn.
+// countingConn is a socket whose Read does more than read: raw calls must
+// not bypass it.
+type countingConn struct {
+	*net.TCPConn
+	n int
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.TCPConn.Read(b)
+	c.n += n
+	return n, err
+}
+
+// Connections that are not the net package's sockets are read and written
+// through their own Read and Write, even when they are a syscall.Conn.
 func TestSockIOFallback(t *testing.T) {
 	t.Parallel()
+	x, y := tcpPair(t, "127.0.0.1:0")
+	wrapped := &countingConn{TCPConn: y.(*net.TCPConn)}
+	if r := newSockReader(wrapped); r.raw != nil {
+		t.Fatal("a wrapped socket got a raw connection")
+	} else {
+		x.Write([]byte("abc"))
+		if _, err := io.ReadFull(r, make([]byte, 3)); err != nil || wrapped.n != 3 {
+			t.Fatalf("read through the wrapper: %d bytes counted, %v", wrapped.n, err)
+		}
+	}
+
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
