@@ -263,8 +263,7 @@ func (l *Limiter) AllowAt(now int64, token int64, label Label, limit uint32) Dec
 	if limit == 0 {
 		return Accept
 	}
-	th := mix(uint64(token) ^ l.tokenSalt)
-	h := mix(th ^ uint64(label) ^ l.slotSalt)
+	th, h := l.hash(token, label)
 	st := l.stripes.get()
 	var d Decision
 	if l.scylla != nil {
@@ -276,6 +275,13 @@ func (l *Limiter) AllowAt(now int64, token int64, label Label, limit uint32) Dec
 	}
 	l.stripes.put(st)
 	return d
+}
+
+// hash returns the hashes of (token, label): th picks the shard (pick), h
+// the slot in it.
+func (l *Limiter) hash(token int64, label Label) (th, h uint64) {
+	th = mix(uint64(token) ^ l.tokenSalt)
+	return th, mix(th ^ uint64(label) ^ l.slotSalt)
 }
 
 // window returns AlgorithmScylla's window for time now: the seconds since

@@ -10,8 +10,7 @@ import "unsafe"
 // beside the work. It counts nothing and changes nothing, and on an
 // architecture without a prefetch instruction it does nothing.
 func (l *Limiter) Prefetch(token int64, label Label) {
-	th := mix(uint64(token) ^ l.tokenSalt)
-	h := mix(th ^ uint64(label) ^ l.slotSalt)
+	th, h := l.hash(token, label)
 	var p unsafe.Pointer
 	if l.scylla != nil {
 		s := &l.scylla[pick(th, len(l.scylla))]
