@@ -23,9 +23,10 @@ func TestLazyReaderWait(t *testing.T) {
 				t.Cleanup(func() { a.Close(); b.Close() })
 			}
 			var bufs readBuffers
-			l := newLazyReader(b, b, &bufs)
-			if (l.raw != nil) != (kind == "tcp") {
-				t.Fatalf("%s: raw %v", kind, l.raw != nil)
+			sock := newSockReader(b)
+			l := newLazyReader(sock, sock, &bufs)
+			if (l.sock != nil) != (kind == "tcp") {
+				t.Fatalf("%s: raw wait %v", kind, l.sock != nil)
 			}
 			want := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
 			go func() {
@@ -64,7 +65,8 @@ func TestLazyReaderClosedWhileParked(t *testing.T) {
 	t.Parallel()
 	_, b := tcpPair(t, "127.0.0.1:0")
 	var bufs readBuffers
-	l := newLazyReader(b, b, &bufs)
+	sock := newSockReader(b)
+	l := newLazyReader(sock, sock, &bufs)
 	done := make(chan error, 1)
 	go func() {
 		l.wait()

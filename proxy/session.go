@@ -126,7 +126,7 @@ type session struct {
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
 	guard := &stallGuard{Conn: client, in: newSockReader(client), timeout: time.Duration(p.cfg.FrameTimeout)}
-	clientIn := newLazyReader(guard, client, &p.reads)
+	clientIn := newLazyReader(guard, guard.in, &p.reads)
 	upstreamIn := u.in
 	s := &session{
 		p:                 p,

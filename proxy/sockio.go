@@ -33,17 +33,20 @@ import (
 // sockReader reads a connection, with raw system calls when it is a socket.
 // Its Read is for one goroutine at a time.
 type sockReader struct {
-	conn net.Conn
-	raw  syscall.RawConn // nil: read through conn
-	b    []byte          // Read's buffer, while rawRead runs
-	n    int
-	err  error
-	fn   func(fd uintptr) bool // rawRead, made once so that Read allocates nothing
+	conn  net.Conn
+	raw   syscall.RawConn // nil: read through conn
+	b     []byte          // the buffer, while a raw call runs
+	n     int
+	err   error
+	tried bool                  // readOrWait has tried b once
+	read  func(fd uintptr) bool // rawRead, made once so that Read allocates nothing
+	wait  func(fd uintptr) bool // readOrWait, made once
 }
 
 func newSockReader(conn net.Conn) *sockReader {
 	r := &sockReader{conn: conn, raw: rawConnOf(conn)}
-	r.fn = r.rawRead
+	r.read = r.rawRead
+	r.wait = r.readOrWait
 	return r
 }
 
@@ -53,8 +56,24 @@ func (r *sockReader) Read(b []byte) (int, error) {
 	if r.raw == nil || len(b) == 0 {
 		return r.conn.Read(b)
 	}
+	return r.call(b, r.read)
+}
+
+// ReadOrWait is Read for a reader about to wait, on a connection with raw
+// calls: it reads into b what the socket has, and when it has nothing it
+// waits for the socket to become readable and returns 0 bytes without
+// reading, so that the next Read takes everything that came, into a
+// larger buffer. Go's poller forgets readiness before each call, so it
+// must see one read find the socket empty before it waits.
+func (r *sockReader) ReadOrWait(b []byte) (int, error) {
+	r.tried = false
+	return r.call(b, r.wait)
+}
+
+// call runs fn, a raw read of b, inside the raw connection's Read.
+func (r *sockReader) call(b []byte, fn func(fd uintptr) bool) (int, error) {
 	r.b, r.n, r.err = b, 0, nil
-	err := r.raw.Read(r.fn)
+	err := r.raw.Read(fn)
 	r.b = nil
 	if err != nil {
 		// A deadline or a close, from the poller: the same errors as
@@ -67,23 +86,25 @@ func (r *sockReader) Read(b []byte) (int, error) {
 
 func (r *sockReader) rawRead(fd uintptr) bool {
 	n, errno := readRaw(fd, r.b)
-	if errno == syscall.EAGAIN {
+	switch {
+	case errno == syscall.EAGAIN:
 		return false // the poller waits for bytes, then calls again
+	case errno != 0:
+		r.err = opError(r.conn, "read", errno)
+	case n == 0:
+		r.err = io.EOF
+	default:
+		r.n = n
 	}
-	r.n, r.err = readOutcome(r.conn, n, errno)
 	return true
 }
 
-// readOutcome is what a raw read that returned n and errno, not EAGAIN,
-// gives the reader: bytes, EOF, or the error net.Conn's Read would give.
-func readOutcome(conn net.Conn, n int, errno syscall.Errno) (int, error) {
-	switch {
-	case errno != 0:
-		return 0, opError(conn, "read", errno)
-	case n == 0:
-		return 0, io.EOF
+func (r *sockReader) readOrWait(fd uintptr) bool {
+	if r.tried {
+		return true // readable now; the next Read reads
 	}
-	return n, nil
+	r.tried = true
+	return r.rawRead(fd)
 }
 
 // sockWriter writes a connection, with raw system calls when it is a

@@ -40,7 +40,8 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 	if err != nil {
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}
-	u := &upstreamConn{conn: c, in: newLazyReader(newSockReader(c), c, bufs)}
+	in := newSockReader(c)
+	u := &upstreamConn{conn: c, in: newLazyReader(in, in, bufs)}
 	u.in.take()
 	c.SetDeadline(time.Now().Add(timeout))
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 0, Opcode: frame.OpOptions})
@@ -114,31 +115,28 @@ func (b *readBuffers) put(br *bufio.Reader) {
 // one per request (tens of nanoseconds, no allocation).
 //
 // On a plain socket (not TLS), wait tries the small array once; when the
-// socket is empty it waits for it to become readable without reading, and
-// br then reads what came straight into its buffer: one read system call
-// per burst however long, where reading into the small array first would
-// take a second one for every burst longer than it.
+// socket is empty it waits for it to become readable without reading
+// (sockReader.ReadOrWait), and br then reads what came straight into its
+// buffer: one read system call per burst however long, where reading into
+// the small array first would take a second one for every burst longer
+// than it.
 type lazyReader struct {
 	br     *bufio.Reader // the frame.Reader's; the zero Reader while parked
 	held   *bufio.Reader // whose buffer br uses while not parked
 	bufs   *readBuffers
 	src    io.Reader
-	head   [512]byte // read while parked
-	off, n int       // head[off:n] is yet to be read through br
-	err    error     // the error of the parked read, after head
-
-	conn  net.Conn
-	raw   syscall.RawConn       // the socket's, nil for TLS and others
-	tried bool                  // readable has tried head once
-	ready func(fd uintptr) bool // readable, made once so that waiting allocates nothing
+	sock   *sockReader // the socket src reads, when raw calls can wait on it; else nil
+	head   [512]byte   // read while parked
+	off, n int         // head[off:n] is yet to be read through br
+	err    error       // the error of the parked read, after head
 }
 
-// newLazyReader returns a parked lazyReader of src, which reads conn,
-// taking buffers from bufs.
-func newLazyReader(src io.Reader, conn net.Conn, bufs *readBuffers) *lazyReader {
-	l := &lazyReader{br: new(bufio.Reader), bufs: bufs, src: src, conn: conn}
-	if l.raw = rawConnOf(conn); l.raw != nil {
-		l.ready = l.readable
+// newLazyReader returns a parked lazyReader of src, which reads through
+// sock, taking buffers from bufs.
+func newLazyReader(src io.Reader, sock *sockReader, bufs *readBuffers) *lazyReader {
+	l := &lazyReader{br: new(bufio.Reader), bufs: bufs, src: src}
+	if sock.raw != nil {
+		l.sock = sock
 	}
 	return l
 }
@@ -167,34 +165,13 @@ func (l *lazyReader) wait() {
 	if l.held != nil {
 		return
 	}
-	l.off, l.n = 0, 0
-	if l.raw == nil {
+	l.off = 0
+	if l.sock == nil {
 		l.n, l.err = l.src.Read(l.head[:])
 	} else {
-		l.tried = false
-		if err := l.raw.Read(l.ready); err != nil {
-			l.err = err
-		}
+		l.n, l.err = l.sock.ReadOrWait(l.head[:])
 	}
 	l.take()
-}
-
-// readable is the raw connection's read function for wait. Go's poller
-// must see a read find the socket empty before it waits for it (it forgets
-// readiness before each read), so the first call reads into head; once the
-// socket became readable, the second reads nothing and br's next read takes
-// everything that came.
-func (l *lazyReader) readable(fd uintptr) bool {
-	if l.tried {
-		return true
-	}
-	l.tried = true
-	n, errno := readRaw(fd, l.head[:])
-	if errno == syscall.EAGAIN {
-		return false
-	}
-	l.n, l.err = readOutcome(l.conn, n, errno)
-	return true
 }
 
 // Read is br's source: the bytes read while parked, then the connection.
