@@ -231,6 +231,32 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 	return rows, nil
 }
 
+// unpinnedGocqlRows measures the gocql rows again with nothing pinned: a
+// new fake node and new proxies, which Go and HAProxy size for every CPU,
+// all sharing the CPUs with the driver, as a sidecar shares its node's.
+// Pinned, the direct row runs the driver and the node on one CPU, which
+// slows its light loads (a write per request, each waking the other
+// process on the same CPU) more than any hop through the other CPU adds:
+// the relay's added p50 at 10,000/s is then near zero, and a ratio to it
+// says little. Unpinned, the direct row is the faster path and each
+// proxy's added p50 is the hop's cost.
+func (s *suite) unpinnedGocqlRows(ctx context.Context) ([]*gocqlRow, error) {
+	s.stopAll()
+	s.procs = nil
+	u := *s
+	u.pin, u.relays = false, nil
+	u.dir = filepath.Join(s.dir, "unpinned")
+	if err := os.Mkdir(u.dir, 0o755); err != nil {
+		return nil, err
+	}
+	defer u.stopAll()
+	if err := u.startUpstream(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(s.stderr, "gocql rows again, unpinned:")
+	return u.gocqlRows(ctx)
+}
+
 // roundOrder returns the order in which round runs n rows, laid out as
 // modes of paths targets each, the direct path first in each mode. In
 // every other round the proxies of a mode run in reverse, so that no proxy
@@ -360,7 +386,8 @@ backend node
 }
 
 // writeGocqlTable writes the gocql rows as a Markdown table, with the
-// ratios of each proxy's row to the Go relay's in the same mode.
+// ratios of each proxy's row to the Go relay's in the same mode;
+// gocqlLegend says what its columns are.
 func (s *suite) writeGocqlTable(w io.Writer, rows []*gocqlRow) {
 	runs := "one run each"
 	if s.gocqlRuns > 1 {
@@ -373,16 +400,17 @@ func (s *suite) writeGocqlTable(w io.Writer, rows []*gocqlRow) {
 	for _, r := range rows {
 		fmt.Fprintln(w, r.markdown())
 	}
-	fmt.Fprint(w, `
-req/s: answered requests per second. p50, p99: latency measured by the driver's goroutines,
+}
+
+// gocqlLegend says what the columns of the gocql tables are.
+const gocqlLegend = `req/s: answered requests per second. p50, p99: latency measured by the driver's goroutines,
 from the send (at a fixed rate, from when it was due for a request that waited for a free
 goroutine). added p50: the p50 less the direct row's. CPU µs/req: the proxy's user and system
 time (/proc/<pid>/stat) over the window, per request the driver got answered in it. vs relay: req/s
 and CPU µs/req, each run divided by the Go relay's run of the same round and mode, the median of
 those ratios and, over several rounds, their range; added p50 divided by the Go relay's ("-" where
 the relay's figure is not above zero).
-`)
-}
+`
 
 func (r *gocqlRow) markdown() string {
 	const columns = 10

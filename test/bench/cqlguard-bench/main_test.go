@@ -168,6 +168,28 @@ func TestGocqlRowMarkdown(t *testing.T) {
 	}
 }
 
+// TestWriteReportUnpinned checks that the unpinned gocql rows get a table
+// of their own after the pinned one, and the columns one legend.
+func TestWriteReportUnpinned(t *testing.T) {
+	row := func(p50 time.Duration) []*gocqlRow {
+		return []*gocqlRow{{mode: gocqlModes[2], path: "direct",
+			runs: []gocqlRun{{sum: load.Summary{Succeeded: 1, Rate: 10000, P50: p50, P99: p50}}}}}
+	}
+	s := &suite{pin: true, gocqlRuns: 1}
+	var b bytes.Buffer
+	s.writeReport(&b, nil, row(200*time.Microsecond), row(90*time.Microsecond), time.Second)
+	out := b.String()
+	pinned := strings.Index(out, "| 200µs |")
+	again := strings.Index(out, "The gocql rows again, unpinned")
+	unpinned := strings.Index(out, "| 90.0µs |")
+	if pinned < 0 || again < pinned || unpinned < again {
+		t.Errorf("want the pinned table, then the unpinned one:\n%s", out)
+	}
+	if n := strings.Count(out, "added p50: the p50 less the direct row's"); n != 1 {
+		t.Errorf("the legend is written %d times, want once:\n%s", n, out)
+	}
+}
+
 func TestRoundOrder(t *testing.T) {
 	for _, tc := range []struct {
 		n, paths, round int

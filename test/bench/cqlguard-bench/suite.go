@@ -48,6 +48,9 @@ type suite struct {
 	gocqlDuration, gocqlWarmup time.Duration
 	gocqlConcurrency           int
 	gocqlRuns                  int
+	// gocqlUnpinned, with pinning, has the gocql rows measured a second
+	// time with nothing pinned.
+	gocqlUnpinned bool
 	// gocqlPaths are the proxies the gocql rows run through, by path.
 	gocqlPaths map[string]bool
 
@@ -93,6 +96,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&s.gocqlWarmup, "gocql-warmup", time.Second, "warmup before each gocql run, after the session is up")
 	fs.IntVar(&s.gocqlConcurrency, "gocql-concurrency", 64, "requests in flight over all connections in the gocql runs")
 	fs.IntVar(&s.gocqlRuns, "gocql-runs", 1, "runs of each gocql row, reported as medians")
+	fs.BoolVar(&s.gocqlUnpinned, "gocql-unpinned", true, "with -pin split, also run the gocql rows with nothing pinned, in a second table")
 	paths := fs.String("gocql-paths", "relay,eventloop,haproxy,cqlguard", "the proxies of the gocql rows, of relay, eventloop, haproxy and cqlguard (the Go relay always runs)")
 	fs.StringVar(&s.rejectLimits, "reject-limits", "", "YAML file with the limits section that makes cqlguard reject every request of the rejected row (default: bench.kv at 1 read/s)")
 	out := fs.String("out", "", "also write the table to this file")
@@ -144,8 +148,14 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	var unpinned []*gocqlRow
+	if s.pin && s.gocqlUnpinned && len(driven) > 0 {
+		if unpinned, err = s.unpinnedGocqlRows(ctx); err != nil {
+			return err
+		}
+	}
 	var table bytes.Buffer
-	s.writeReport(&table, rows, driven, time.Since(started))
+	s.writeReport(&table, rows, driven, unpinned, time.Since(started))
 	stdout.Write(table.Bytes())
 	if *out != "" {
 		return os.WriteFile(*out, table.Bytes(), 0o644)
