@@ -389,7 +389,9 @@ backend node
 // ratios of each proxy's row to the Go relay's in the same mode;
 // gocqlLegend says what its columns are.
 func (s *suite) writeGocqlTable(w io.Writer, rows []*gocqlRow) {
-	runs := "one run each"
+	// One round's ratios are a sample, not a figure: say so where the
+	// table is read, since the default run has one.
+	runs := "one run each, so one round: on a shared machine its ratios move by ±15% from round to round, and -gocql-runs 10 gives figures"
 	if s.gocqlRuns > 1 {
 		runs = fmt.Sprintf("medians of %d runs", s.gocqlRuns)
 	}

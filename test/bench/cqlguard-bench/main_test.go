@@ -188,6 +188,9 @@ func TestWriteReportUnpinned(t *testing.T) {
 	if n := strings.Count(out, "added p50: the p50 less the direct row's"); n != 1 {
 		t.Errorf("the legend is written %d times, want once:\n%s", n, out)
 	}
+	if n := strings.Count(out, "-gocql-runs 10 gives figures"); n != 2 {
+		t.Errorf("each single-round table should say its ratios are one round's; %d do:\n%s", n, out)
+	}
 }
 
 func TestRoundOrder(t *testing.T) {
