@@ -390,8 +390,9 @@ backend node
 // gocqlLegend says what its columns are.
 func (s *suite) writeGocqlTable(w io.Writer, rows []*gocqlRow) {
 	// One round's ratios are a sample, not a figure: say so where the
-	// table is read, since the default run has one.
-	runs := "one run each, so one round: on a shared machine its ratios move by ±15% from round to round, and -gocql-runs 10 gives figures"
+	// table is read, since the default run has one. How far rounds move is
+	// the machine's, so docs/benchmarks.md says it, not the table.
+	runs := "one run each, so each ratio is one round's; -gocql-runs 10 gives figures"
 	if s.gocqlRuns > 1 {
 		runs = fmt.Sprintf("medians of %d runs", s.gocqlRuns)
 	}
