@@ -82,6 +82,16 @@ func (b *bound) takeNow(k int64) bool {
 	return b.tryTake(k, nil)
 }
 
+// takeNowHolding is takeNow for a taker that holds held already, which it
+// may take past the bound while it holds nothing (see tryTake).
+func (b *bound) takeNowHolding(k int64, held *atomic.Int64) bool {
+	if b.max == 0 {
+		b.n.Add(k)
+		return true
+	}
+	return b.tryTake(k, held)
+}
+
 // takeNowFair is takeNow that leaves the room to the takers already
 // waiting, if any: a taker that arrives as room is given back does not
 // pass them, and its wait is counted as one.

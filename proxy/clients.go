@@ -2,9 +2,13 @@ package proxy
 
 // Client classes and request units (clients and request_units in the
 // configuration): each connection is of a class, matched by what the proxy
-// sees of it, and each request it sends is priced once answered, in
-// request units, and charged to its class, whose budget, when it has one,
-// refuses the class's requests while it is in debt.
+// sees of it, and each request it sends is priced in request units and
+// charged to its class, whose budget, when it has one, refuses the class's
+// requests while it is in debt. What is known of the price when the
+// request is forwarded (fixed, its bytes) is charged then, the rest once
+// answered, or its time in flight when its connection ends first: a
+// client's requests in flight count against its budget, and leaving
+// before the answers escapes nothing.
 
 import (
 	"bytes"
@@ -65,7 +69,7 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		}, []string{"class"}),
 		units: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_request_units_total",
-			Help: "Request units charged, by client class: each answered request's price (request_units).",
+			Help: "Request units charged, by client class: each forwarded request's price (request_units), charged as it is forwarded and as it is answered.",
 		}, []string{"class"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_client_budget_refusals_total",
@@ -209,19 +213,22 @@ func (s *session) leaveClass() {
 	}
 }
 
-// learnStartup notes the STARTUP options that classes match on.
+// learnStartup notes the STARTUP options that classes match on, which the
+// client asserts: they take effect once the upstream accepts the STARTUP.
 func (s *session) learnStartup(body []byte) {
-	for key, dst := range map[string]*string{"APPLICATION_NAME": &s.identity.app, "CLIENT_ID": &s.identity.id, "DRIVER_NAME": &s.identity.driver} {
+	p := &s.pending
+	p.app, p.id, p.driver = "", "", ""
+	for key, dst := range map[string]*string{"APPLICATION_NAME": &p.app, "CLIENT_ID": &p.id, "DRIVER_NAME": &p.driver} {
 		if v, ok, _ := frame.StartupOption(body, key); ok {
 			*dst = string(v)
 		}
 	}
-	s.identityChanged = true
 }
 
-// learnUser notes the user a SASL PLAIN AUTH_RESPONSE names: its token is
-// an authorization identity, the user and the password, each ended by a
-// zero byte but the last. Other mechanisms name no user the proxy can read.
+// learnUser notes the user a SASL PLAIN AUTH_RESPONSE names, which takes
+// effect once the upstream accepts the login: its token is an
+// authorization identity, the user and the password, each ended by a zero
+// byte but the last. Other mechanisms name no user the proxy can read.
 func (s *session) learnUser(body []byte) {
 	if len(body) < 4 {
 		return
@@ -241,8 +248,7 @@ func (s *session) learnUser(body []byte) {
 	if second < 0 {
 		return
 	}
-	s.identity.user = string(rest[:second])
-	s.identityChanged = true
+	s.pending.user, s.pending.hasUser = string(rest[:second]), true
 }
 
 // addrOf returns the IP of a connection's remote address.
@@ -255,10 +261,24 @@ func addrOf(c net.Conn) netip.Addr {
 
 // price is what the answered request cost in request units: fixed, per
 // row of a RESULT (uncompressed: a compressed answer's rows are not
-// counted), per KiB both ways, per millisecond upstream.
+// counted), per KiB both ways, per millisecond upstream. It is charged in
+// two parts: sent, once the request is forwarded, and answered.
 func (cc *clientClasses) price(req *request, f []byte, h frame.Header, latency int64) float64 {
+	return cc.sent(req) + cc.answered(f, h, latency)
+}
+
+// sent is the part of a request's price known once it is forwarded: fixed
+// and per KiB of the request.
+func (cc *clientClasses) sent(req *request) float64 {
 	u := &cc.units
-	units := u.Fixed + u.PerKiB*float64(int(req.size)+len(f))/1024 + u.PerMs*float64(latency)/1e6
+	return u.Fixed + u.PerKiB*float64(req.size)/1024
+}
+
+// answered is the rest of a request's price, once answered by f after
+// latency: per KiB of the answer, per row, per millisecond upstream.
+func (cc *clientClasses) answered(f []byte, h frame.Header, latency int64) float64 {
+	u := &cc.units
+	units := u.PerKiB*float64(len(f))/1024 + u.PerMs*float64(latency)/1e6
 	if u.PerRow != 0 && h.Opcode == frame.OpResult && !h.Compressed() {
 		if msg, ok := frame.ResponseMessage(f[frame.HeaderSize:], h); ok {
 			if n, ok := frame.RowCount(msg); ok {
@@ -269,11 +289,36 @@ func (cc *clientClasses) price(req *request, f []byte, h frame.Header, latency i
 	return units
 }
 
-// charge prices the answered request req and charges its class and the
-// partitions with budgets in request units it touched.
+// chargeSent charges the forwarded request req what its price is known
+// to be: before its answer, so that a class's requests in flight count
+// against its budget, and a client that leaves before its answers still
+// pays for what it sent.
+func (s *session) chargeSent(req *request, now int64) {
+	s.chargeUnits(req, s.p.clients.Load().sent(req), now)
+}
+
+// charge charges the answered request req the rest of its price.
 func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
-	cc := s.p.clients.Load()
-	units := cc.price(req, f, h, now-req.start)
+	s.chargeUnits(req, s.p.clients.Load().answered(f, h, now-req.start), now)
+}
+
+// chargeUnanswered charges requests that will get no answer from the
+// upstream (their connection ended) their time in flight until now.
+func (s *session) chargeUnanswered(reqs []request, now int64) {
+	u := &s.p.clients.Load().units
+	for i := range reqs {
+		if r := &reqs[i]; r.client != nil || r.nCharges > 0 {
+			s.chargeUnits(r, u.PerMs*float64(now-r.start)/1e6, now)
+		}
+	}
+}
+
+// chargeUnits charges req's class, and the partitions with budgets in
+// request units it touched, units.
+func (s *session) chargeUnits(req *request, units float64, now int64) {
+	if !(units > 0) {
+		return
+	}
 	if c := req.client; c != nil {
 		c.units.Add(units)
 		if c.budget != nil {

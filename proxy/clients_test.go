@@ -76,8 +76,8 @@ func TestLearnUser(t *testing.T) {
 	} {
 		var s session
 		s.learnUser(tc.body)
-		if s.identity.user != tc.want {
-			t.Errorf("%q: user %q, want %q", tc.body, s.identity.user, tc.want)
+		if s.pending.user != tc.want {
+			t.Errorf("%q: user %q, want %q", tc.body, s.pending.user, tc.want)
 		}
 	}
 }

@@ -54,6 +54,13 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	var class *Classification
 	switch h.Opcode {
 	case frame.OpStartup:
+		// A connection starts once: what it negotiated (compression, the
+		// opt-in, the options its class matched on) is not changed after.
+		if s.started {
+			m.protocolErrors.WithLabelValues("bad_startup").Inc()
+			s.log.Info().Msg("STARTUP on a connection already started; refused")
+			return s.refusal(h, frame.ErrCodeProtocol, "cqlguard: STARTUP on a connection already started")
+		}
 		var err error
 		if f, err = s.startup(f, h); err != nil {
 			m.protocolErrors.WithLabelValues("bad_startup").Inc()
@@ -62,11 +69,14 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		}
 		req.reply = replyStartup
 		s.awaitingV5.Store(h.Version >= 5)
-		s.learnStartup(f[frame.HeaderSize:])
-		s.clientOf()
 	case frame.OpOptions:
 		req.reply = replySupported
 	case frame.OpAuthResponse:
+		// Learned once the upstream accepts the login (handshake.go); a
+		// connection that logged in keeps who it is.
+		if s.authenticated {
+			break
+		}
 		body := f[frame.HeaderSize:]
 		if h.Compressed() {
 			var err error
@@ -74,7 +84,8 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 				body = nil
 			}
 		}
-		s.principal = s.p.principalOf(s.principal, body)
+		req.reply = replyAuth
+		s.pending.principal = s.p.principalOf(s.pending.principal, body)
 		s.learnUser(body)
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
 		var unknown []byte
@@ -109,7 +120,8 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	}
 
 	// Client classes: a request of a class in debt on its budget is
-	// refused; any other is charged to its class once answered.
+	// refused; any other is charged to its class as it is forwarded and
+	// once answered.
 	if class != nil && !class.Internal {
 		c := s.clientOf()
 		c.requests.Inc()
@@ -170,6 +182,9 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 			}
 			return action{answer: ans}
 		}
+	}
+	if req.client != nil || req.nCharges > 0 {
+		s.chargeSent(&req, now)
 	}
 	return action{forward: f, req: req}
 }

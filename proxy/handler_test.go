@@ -102,7 +102,7 @@ func TestHandle(t *testing.T) {
 			want: []want{forwarded(replyForward), {answer: frame.ErrCodeConfig, msg: "Per-partition rate limit reached for write in table ks.kv"}}},
 		{name: "topology query", frames: [][]byte{query(1, "SELECT * FROM system.local WHERE key = 'local'"), query(2, "select peer from SYSTEM.peers_v2")},
 			want: []want{forwarded(replyLocal), forwarded(replyPeersV2)}},
-		{name: "AUTH_RESPONSE", frames: [][]byte{msgFrame(t, 4, 1, &message.AuthResponse{Token: []byte("\x00user\x00secret")})}, want: []want{forwarded(replyForward)}},
+		{name: "AUTH_RESPONSE", frames: [][]byte{msgFrame(t, 4, 1, &message.AuthResponse{Token: []byte("\x00user\x00secret")})}, want: []want{forwarded(replyAuth)}},
 		{name: "PREPARE", frames: [][]byte{msgFrame(t, 4, 1, &message.Prepare{Query: "SELECT * FROM system.local"})}, want: []want{forwarded(replyPrepared)}},
 		{name: "REGISTER", frames: [][]byte{msgFrame(t, 4, 1, &message.Register{EventTypes: []primitive.EventType{primitive.EventTypeSchemaChange}})}, want: []want{forwarded(replyForward)}},
 		{name: "unknown opcode", frames: [][]byte{rawFrame(4, 1, frame.Opcode(0x1e), 0)}, want: []want{forwarded(replyForward)}},

@@ -6,10 +6,23 @@ package proxy
 // (coalescing), and reaches the upstream only when neither serves it.
 //
 // A read waiting on another connection's read must never wait on that
-// connection's client: the answer is handed to each waiting connection's
-// writer without waiting for room (writer.Offer), and a read that waited
-// longer than hot_reads.max_wait, or whose leader's connection ended first,
-// is forwarded on its own connection (reissue).
+// connection's client, and what one connection is handed must count
+// against its own bounds:
+//
+//   - The answer is handed to each waiting connection's writer without
+//     waiting for room (writer.Offer), but only while that writer is not
+//     full; a waiting read whose client is not reading is forwarded on its
+//     own connection instead (reissue), where its answer waits for room.
+//   - A connection whose writer waits for room reads nothing from its
+//     upstream meanwhile: the reads waiting on the flights it leads are
+//     forwarded on their own connections at once (clientStall), and it
+//     leads and joins no flight while it waits or its writer is full.
+//   - A read that waited longer than hot_reads.max_wait, or whose leader's
+//     connection ended first, is forwarded on its own connection.
+//
+// Reads are identical only if everything that shapes their answer is:
+// among it the connection's protocol version, compression, login and its
+// rate-limit error opt-in.
 //
 // Writes invalidate by generation (hotread.Generations): the answer to a
 // write, or its failure, moves on the generation of what it wrote before
@@ -65,6 +78,11 @@ type waiter struct {
 	stream int16
 	seq    uint32
 }
+
+// extRateLimitError is the bit of hotread.Read's Extensions for a
+// connection that opted in to ScyllaDB's rate-limit error, which the node
+// may answer it with where it answers others Config_error.
+const extRateLimitError = 1 << 0
 
 // maxHotRequest is the largest request body served as a hot read: a
 // point read's is tens of bytes, and a connection keeps a copy of one.
@@ -249,10 +267,14 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		clear(s.hotBody[at : at+8])
 		body = s.hotBody
 	}
+	var ext uint8
+	if s.rateLimitOptIn {
+		ext |= extRateLimitError
+	}
 	r := &s.hotRead
 	*r = hotread.Read{
 		Version: h.Version, Flags: h.Flags &^ frame.FlagCompression, Opcode: uint8(h.Opcode),
-		Compression: uint8(s.reqCompression), Principal: s.principal,
+		Compression: uint8(s.reqCompression), Extensions: ext, Principal: s.principal,
 		Keyspace: s.class.keyspace, Body: body,
 		Table: uint32(label), Token: p.Token,
 	}
@@ -275,7 +297,10 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	}
 	max := s.p.cfg.MaxInFlightPerConnection
 	s.mu.Lock()
-	if max > 0 && s.streams.inflight+1 >= max {
+	// A connection whose client is not keeping up neither waits on others
+	// (what it would be handed counts against its own bounds) nor leads
+	// (its answers would wait on its client).
+	if max > 0 && s.streams.inflight+1 >= max || s.stalls > 0 || s.toClient.Full() {
 		s.mu.Unlock()
 		s.p.inflight.give(1)
 		t.uncoalesced.Inc()
@@ -321,7 +346,7 @@ func (s *session) land(req request, f []byte, h frame.Header) {
 	}
 	for _, w := range hr.flights.Land(req.flight) {
 		// This path pushes its client's writer after the read that gave f.
-		w.s.deliver(w, f, w.s != s)
+		w.s.deliver(w, f, req.flight.Read(), w.s != s)
 	}
 	hr.flights.Release(req.flight)
 }
@@ -330,7 +355,7 @@ func (s *session) land(req request, f []byte, h frame.Header) {
 // refused, with the same refusal ans.
 func (hr *hotReads) refuse(fl *hotread.Flight[waiter], ans []byte) {
 	for _, w := range hr.flights.Land(fl) {
-		w.s.deliver(w, ans, true)
+		w.s.deliver(w, ans, nil, true)
 	}
 	hr.flights.Release(fl)
 }
@@ -354,19 +379,59 @@ func (s *session) ended(req request) {
 // the flight req led, which will not be answered: its connection ended or
 // its answer could not be read.
 func (s *session) orphan(req request) {
-	hr := s.p.hotReads
-	fl := req.flight
+	s.p.hotReads.orphan(req.flight)
+}
+
+// orphan forwards, each on its own connection, the reads that waited on
+// fl, and releases it.
+func (hr *hotReads) orphan(fl *hotread.Flight[waiter]) {
 	for _, w := range hr.flights.Land(fl) {
 		w.s.reissue(w, fl.Read())
 	}
 	hr.flights.Release(fl)
 }
 
-// deliver answers w, a read of s that waited on an identical one, with f,
-// the other's answer. It never waits on s's client: what it queues past
-// max_buffered_bytes is bounded by the requests s has in flight. Without
-// kick the caller is s's response path, which pushes what it queued.
-func (s *session) deliver(w waiter, f []byte, kick bool) {
+// clientStall is the client writer's stall hook: while a write to the
+// client waits for room, the response path reads nothing from the
+// upstream, so the answers of the flights s leads would reach nobody. The
+// reads waiting on them are forwarded on their own connections at once,
+// and s leads and joins no flight until no write waits (serveHot).
+func (s *session) clientStall(waiting bool) {
+	hr := s.p.hotReads
+	if hr == nil {
+		return
+	}
+	var led []*hotread.Flight[waiter]
+	s.mu.Lock()
+	if !waiting {
+		s.stalls--
+		s.mu.Unlock()
+		return
+	}
+	s.stalls++
+	s.streams.update(func(r *request) {
+		if r.flight != nil {
+			led = append(led, r.flight)
+			r.flight = nil
+		}
+	})
+	s.mu.Unlock()
+	for _, fl := range led {
+		hr.orphan(fl)
+	}
+}
+
+// deliver answers w, a read of s that waited on an identical one (r, nil
+// for a refusal), with f, the other's answer. It never waits on s's
+// client, and queues nothing past its bounds: with s's client writer full,
+// the read is forwarded on s's own connection instead, whose answer waits
+// for room there. Without kick the caller is s's response path, which
+// pushes what it queued.
+func (s *session) deliver(w waiter, f []byte, read *hotread.Read, kick bool) {
+	if read != nil && s.toClient.Full() {
+		s.reissue(w, read)
+		return
+	}
 	s.mu.Lock()
 	r := s.streams.lookup(w.stream)
 	if s.halted || r == nil || r.joined == nil || r.seq != w.seq {

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -306,40 +305,6 @@ func TestHotReadsUnderALimit(t *testing.T) {
 	if got := p.hotServed(t, "refused"); got != 1 {
 		t.Errorf("refused %v, want 1", got)
 	}
-}
-
-// A client that stops reading holds up its connection's answers, among
-// them the answer of a hot read others wait for: they are forwarded on
-// their own connections after max_wait, and answered.
-func TestHotReadsLeaderStopsReading(t *testing.T) {
-	t.Parallel()
-	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", RowBytes: 256 << 10, Rows: 4,
-		SlowQuery: "k = 1", SlowFor: 200 * time.Millisecond})
-	p := hotProxy(t, node, config.HotReadsTable{Coalesce: true}, func(c *config.Config) {
-		c.HotReads.MaxWait = config.Duration(100 * time.Millisecond)
-		c.MaxBufferedBytes = 1 << 20
-	})
-	stalled := dialRaw(t, p.cfg.Listen, 4)
-	stalled.startup(nil)
-	// 16 answers of 1 MiB that the client never reads, then the hot read.
-	for i := range 16 {
-		stalled.send(int16(1+i), &message.Query{Query: fmt.Sprintf("SELECT * FROM ks.kv WHERE k = %d", 200+i), Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
-	}
-	stalled.send(100, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
-	waitUntil(t, "the stalled client's reads in flight", func() bool { return p.hotServed(t, "forwarded") == 17 })
-
-	other := dialRaw(t, p.cfg.Listen, 4)
-	other.startup(nil)
-	start := time.Now()
-	other.c.SetDeadline(start.Add(5 * time.Second))
-	other.read(1, "SELECT * FROM ks.kv WHERE k = 1")
-	if got := p.hotServed(t, "coalesced"); got != 1 {
-		t.Errorf("coalesced %v, want 1: the read should have joined the stalled client's", got)
-	}
-	if got := metricValue(t, p.hotReads.reissued); got != 1 {
-		t.Errorf("reissued %v, want 1", got)
-	}
-	t.Logf("answered in %v behind a client that does not read", time.Since(start).Round(time.Millisecond))
 }
 
 // A write whose connection ends before its answer may have been applied:

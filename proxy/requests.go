@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/hotread"
 )
 
 // serveRequests is the request path: it reads each frame from the client,
@@ -78,7 +80,9 @@ func (s *session) serveRequests() error {
 				return fmt.Errorf("client sent part of a frame and nothing more for %s (frame_timeout): %w",
 					time.Duration(s.p.cfg.FrameTimeout), err)
 			}
-			if !errors.Is(err, io.EOF) && !errors.Is(err, errSessionClosed) {
+			// A client that closes or resets its connection has left; it
+			// sent nothing wrong.
+			if !errors.Is(err, io.EOF) && !errors.Is(err, errSessionClosed) && !errors.Is(err, syscall.ECONNRESET) {
 				m.protocolErrors.WithLabelValues("bad_request_frame").Inc()
 			}
 			return err
@@ -126,10 +130,22 @@ func (s *session) serveRequests() error {
 		if s.streams.inflight == 0 {
 			s.activity++ // the upstream's silence counts from now
 		}
+		// A hot read led while the client's writer waits for room would be
+		// answered to nobody until it has room (clientStall).
+		var orphaned *hotread.Flight[waiter]
+		if req.flight != nil && s.stalls > 0 {
+			orphaned, req.flight = req.flight, nil
+		}
 		// badStream saw the id free, and only this path begins streams.
 		s.streams.begin(h.Stream, req)
+		if awaited(&req) {
+			s.awaiting.Store(true)
+		}
 		full := max > 0 && s.streams.inflight >= max
 		s.mu.Unlock()
+		if orphaned != nil {
+			s.p.hotReads.orphan(orphaned)
+		}
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}
@@ -164,16 +180,14 @@ func (s *session) serveRequests() error {
 			}
 			s.mu.Unlock()
 		}
-		if h.Opcode == frame.OpStartup && h.Version >= 5 {
-			// v5 framing starts once the upstream has answered STARTUP, and
-			// the client's next bytes may already be segments: wait.
+		if awaited(&req) {
+			// What follows is read (v5 segments, compression), classified
+			// (the keyspace) or charged (the class) as this request's
+			// answer says: wait for it.
 			if err := s.push(); err != nil {
 				return err
 			}
-			if !<-s.handshake {
-				continue
-			}
-			s.fromClient.UseSegments(s.reqCompression == frame.CompressionLZ4)
+			s.settled(h, &req, <-s.answered)
 		}
 	}
 }
@@ -216,8 +230,10 @@ func (s *session) badStream(id int16) (reason, msg string) {
 	return "", ""
 }
 
-// startup remembers the driver's compression and rate-limit opt-in, and
-// keeps the opt-in from an upstream that did not advertise it.
+// startup notes the driver's compression, rate-limit opt-in and the
+// options classes match on, which take effect once the upstream accepts
+// the STARTUP, and keeps the opt-in from an upstream that did not
+// advertise it.
 func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	if len(f) < frame.HeaderSize {
 		return nil, fmt.Errorf("reading STARTUP options: %w", frame.ErrShortBody)
@@ -234,10 +250,11 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 		}
 	}
 	_, optIn, _ := frame.StartupOption(f[frame.HeaderSize:], rateLimitKey)
+	s.pending.comp, s.pending.optIn = comp, optIn
+	s.learnStartup(f[frame.HeaderSize:])
 	s.mu.Lock()
-	s.compression, s.rateLimitOptIn = comp, optIn
+	s.pendingComp = comp
 	s.mu.Unlock()
-	s.reqCompression = comp
 	if optIn && !s.upstreamRateLimit {
 		return frame.AppendStartupWithout(nil, f, rateLimitKey)
 	}

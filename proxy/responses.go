@@ -14,11 +14,8 @@ import (
 func (s *session) serveResponses() error {
 	m := s.p.metrics
 	defer func() {
-		// A v5 STARTUP waiting for its answer must not wait forever.
-		select {
-		case s.handshake <- false:
-		default:
-		}
+		// A request path waiting for an answer must not wait forever.
+		s.settle(refused)
 	}()
 	for {
 		if s.fromUpstream.Buffered() == 0 {
@@ -51,15 +48,27 @@ func (s *session) serveResponses() error {
 				s.ended(req)
 			}
 			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+			if _, awaited := s.verdictOf(&req, ended, h); awaited {
+				s.settle(refused)
+			}
 			continue
 		}
 		m.frame(dirResponse, h.Opcode, len(f))
 
+		verdict, awaited := refused, false
 		s.mu.Lock()
 		s.activity++
 		req, ok := s.streams.end(h.Stream)
 		idle := s.draining && s.streams.inflight == 0
 		comp := s.compression
+		if s.awaiting.Load() {
+			verdict, awaited = s.verdictOf(&req, ok, h)
+			if awaited && verdict == accepted && req.reply == replyStartup {
+				// What the upstream sends after READY or AUTHENTICATE is
+				// compressed as the STARTUP asked.
+				s.compression = s.pendingComp
+			}
+		}
 		s.wakeRequests()
 		s.mu.Unlock()
 		if ok {
@@ -100,6 +109,9 @@ func (s *session) serveResponses() error {
 					continue
 				}
 				s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
+				if awaited {
+					s.settle(refused)
+				}
 				continue
 			}
 			if !keep {
@@ -111,20 +123,16 @@ func (s *session) serveResponses() error {
 			return fmt.Errorf("%w: %w", errClientGone, err)
 		}
 
-		// Cassandra answers a version it does not speak on stream 0,
-		// whatever stream the STARTUP used.
-		if s.awaitingV5.Load() && (req.reply == replyStartup || h.Opcode == frame.OpError && h.Stream == 0) {
-			// READY and AUTHENTICATE are the last plain frames; what follows,
-			// both ways, travels in segments.
-			segments := h.Opcode == frame.OpReady || h.Opcode == frame.OpAuthenticate
-			if segments {
-				lz4 := comp == frame.CompressionLZ4
+		if awaited {
+			if verdict == accepted && req.reply == replyStartup && s.awaitingV5.Load() {
+				// READY and AUTHENTICATE are the last plain frames; what
+				// follows, both ways, travels in segments.
+				lz4 := s.pendingComp == frame.CompressionLZ4
 				s.toClient.UseSegments(lz4)
 				s.toUpstream.UseSegments(lz4)
 				s.fromUpstream.UseSegments(lz4)
 			}
-			s.awaitingV5.Store(false)
-			s.handshake <- segments
+			s.settle(verdict)
 		}
 		if idle {
 			return nil

@@ -33,10 +33,24 @@ type session struct {
 	toClient   *writer
 	toUpstream *writer
 
-	upstreamRateLimit bool              // the upstream advertised the rate-limit error
-	handshake         chan bool         // v5: true once the upstream switched to segments
-	awaitingV5        atomic.Bool       // a v5 STARTUP waits for its answer
-	reqCompression    frame.Compression // the request path's own copy of compression
+	upstreamRateLimit bool // the upstream advertised the rate-limit error
+	// answered carries the upstream's verdict on a request the request
+	// path waits on before it reads the next frame (see settled): a
+	// STARTUP, an AUTH_RESPONSE or a USE, whose answer changes how what
+	// follows is read, classified or charged. awaiting is set while one is
+	// in flight, awaitingV5 while it is a v5 STARTUP.
+	answered   chan verdict
+	awaiting   atomic.Bool
+	awaitingV5 atomic.Bool
+	// What the request path has accepted of the handshake, request path
+	// only: the compression it reads requests with, and whether the
+	// driver's rate-limit opt-in and its login took effect. A STARTUP or
+	// AUTH_RESPONSE is learned into pending, and takes effect only once the
+	// upstream accepted it, once per connection.
+	reqCompression frame.Compression
+	started        bool
+	authenticated  bool
+	pending        handshake
 
 	mu       sync.Mutex // guards what both paths use
 	streams  streams
@@ -45,8 +59,9 @@ type session struct {
 	// waits for one (full), or when the session closes (halted).
 	room           sync.Cond
 	full, halted   bool
-	compression    frame.Compression // negotiated in STARTUP
-	rateLimitOptIn bool              // the driver asked for the rate-limit error
+	compression    frame.Compression // negotiated in STARTUP, once the upstream accepted it
+	pendingComp    frame.Compression // asked for by the STARTUP in flight
+	rateLimitOptIn bool              // the driver asked for the rate-limit error; request path only
 	// keyspace is the connection's keyspace, set by the response path from
 	// the upstream's answer to a USE and read by the request path.
 	keyspace atomic.Pointer[[]byte]
@@ -95,6 +110,9 @@ type session struct {
 	leading   *hotTable // the table of the flight the request being handled leads
 	joinSeq   uint32
 	joined    atomic.Int32
+	// stalls counts the writes to the client waiting for room
+	// (clientStall). Guarded by mu.
+	stalls int
 
 	// Client classes (clients.go), request path only: what is known of the
 	// client, whether it changed since its class was matched, the classes
@@ -140,9 +158,10 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 		toClient:          newBudgetWriter(client, int(p.cfg.MaxBufferedBytes), p.buffered),
 		toUpstream:        newBudgetWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered),
 		upstreamRateLimit: u.rateLimitError,
-		handshake:         make(chan bool, 1),
+		answered:          make(chan verdict, 1),
 	}
 	s.identity.addr = addrOf(client)
+	s.toClient.SetStall(s.clientStall)
 	guard.frames = s.fromClient
 	s.guard = guard
 	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard})
@@ -372,12 +391,16 @@ func (s *session) failInFlight(err error) {
 		version uint8
 	}
 	var lost []stream
-	var ended []request
+	var ended, priced []request
 	s.mu.Lock()
 	s.streams.each(func(id int16, r request) { lost = append(lost, stream{id, r.version}) })
 	for _, l := range lost {
-		if r, _ := s.streams.end(l.id); r.wrote.kind != wroteNone || r.flight != nil || r.joined != nil {
+		r, _ := s.streams.end(l.id)
+		if r.wrote.kind != wroteNone || r.flight != nil || r.joined != nil {
 			ended = append(ended, r)
+		}
+		if r.client != nil || r.nCharges > 0 {
+			priced = append(priced, r)
 		}
 	}
 	s.wakeRequests()
@@ -385,6 +408,7 @@ func (s *session) failInFlight(err error) {
 	for _, r := range ended {
 		s.ended(r)
 	}
+	s.chargeUnanswered(priced, s.now())
 	s.p.inflight.give(len(lost))
 	if len(lost) == 0 {
 		return
@@ -407,15 +431,20 @@ func (s *session) failInFlight(err error) {
 // nobody is left to answer, and the upstream is not at fault. It is called
 // once the response path has stopped; giveBack returns their slots.
 func (s *session) abandonInFlight() {
-	var ended []request
+	var ended, priced []request
 	s.mu.Lock()
 	n := s.streams.inflight
 	s.streams.each(func(_ int16, r request) {
 		if r.wrote.kind != wroteNone || r.flight != nil {
 			ended = append(ended, r)
 		}
+		if r.client != nil || r.nCharges > 0 {
+			priced = append(priced, r)
+		}
 	})
 	s.mu.Unlock()
+	// Forwarded, so charged, answered or not.
+	s.chargeUnanswered(priced, s.now())
 	// Writes may have been applied, and reads that joined this client's
 	// must not wait for answers that will not be read.
 	for _, r := range ended {

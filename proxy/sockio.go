@@ -115,6 +115,12 @@ type sockWriter struct {
 	b    []byte          // what is left to write, while rawWrite runs
 	err  error
 	fn   func(fd uintptr) bool // rawWrite, made once so that Write allocates nothing
+	// stall, when set, is called with true before Write waits for room in
+	// the socket (its peer is not reading as fast) and with false once it
+	// is done waiting. nowait makes rawWrite stop at a full socket, so
+	// that Write can call it first.
+	stall  func(waiting bool)
+	nowait bool
 }
 
 func newSockWriter(conn net.Conn) *sockWriter {
@@ -129,8 +135,15 @@ func (w *sockWriter) Write(b []byte) (int, error) {
 	if w.raw == nil {
 		return w.conn.Write(b)
 	}
-	w.b, w.err = b, nil
+	w.b, w.err, w.nowait = b, nil, w.stall != nil
 	err := w.raw.Write(w.fn)
+	if w.nowait && err == nil && w.err == nil && len(w.b) > 0 {
+		// The socket is full: say so, then wait for room.
+		w.stall(true)
+		w.nowait = false
+		err = w.raw.Write(w.fn)
+		w.stall(false)
+	}
 	n := len(b) - len(w.b)
 	w.b = nil
 	if err != nil {
@@ -145,7 +158,9 @@ func (w *sockWriter) rawWrite(fd uintptr) bool {
 		n, errno := writeRaw(fd, w.b)
 		switch {
 		case errno == syscall.EAGAIN:
-			return false // the poller waits for room, then calls again
+			// The poller waits for room, then calls again; unless the
+			// caller is to hear of the wait first.
+			return w.nowait
 		case errno != 0:
 			w.err = opError(w.conn, "write", errno)
 			return true

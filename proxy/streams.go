@@ -18,6 +18,7 @@ const (
 	replyPrepared               // learn the id of a prepared topology query
 	replySupported              // rewrite SUPPORTED
 	replyStartup                // end of the handshake: READY, AUTHENTICATE or ERROR
+	replyAuth                   // an AUTH_RESPONSE: AUTH_SUCCESS, AUTH_CHALLENGE or ERROR
 )
 
 // request is what the proxy remembers of a request until its response.
@@ -231,6 +232,15 @@ func (s *streams) each(fn func(id int16, r request)) {
 	for _, e := range s.slots {
 		if e.used {
 			fn(e.id, e.r)
+		}
+	}
+}
+
+// update calls fn with every request in flight, which it may change.
+func (s *streams) update(fn func(r *request)) {
+	for i := range s.slots {
+		if s.slots[i].used {
+			fn(&s.slots[i].r)
 		}
 	}
 }

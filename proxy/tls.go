@@ -68,7 +68,7 @@ func (p *Proxy) acceptTLS(client net.Conn, timeout time.Duration) (net.Conn, err
 	if conf == nil {
 		return client, nil
 	}
-	c := tls.Server(client, conf)
+	c := tls.Server(&stallConn{Conn: client, out: newSockWriter(client)}, conf)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := c.HandshakeContext(ctx); err != nil {
@@ -76,6 +76,17 @@ func (p *Proxy) acceptTLS(client net.Conn, timeout time.Duration) (net.Conn, err
 	}
 	return c, nil
 }
+
+// stallConn is the socket under a client's TLS connection, written as a
+// plain connection's socket is: its writes say when they wait for room
+// (sockWriter.stall, set through writer.SetStall), which tls.Conn's own
+// writes cannot.
+type stallConn struct {
+	net.Conn
+	out *sockWriter
+}
+
+func (c *stallConn) Write(b []byte) (int, error) { return c.out.Write(b) }
 
 // tlsForUpstreams reads c's files and returns the TLS configuration for
 // dialing the nodes, nil when TLS is off.

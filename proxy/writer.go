@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -52,6 +53,23 @@ type writer struct {
 
 	waited atomic.Bool // a Write waited for room; see Waited
 	wkick  func()      // w.waitKick, made once
+	// stall, when set, is called with true before a Write waits for room
+	// (its peer does not read, or max_buffered_bytes_total is full), or a
+	// Push for room in the socket, and with false once it stops waiting,
+	// outside the writer's lock: for what others wait on behind this
+	// writer's producers. Set it with SetStall.
+	stall func(waiting bool)
+}
+
+// SetStall sets the writer's stall hook, before it is used.
+func (w *writer) SetStall(fn func(waiting bool)) {
+	w.stall = fn
+	w.out.stall = fn
+	if c, ok := w.out.conn.(*tls.Conn); ok {
+		if sc, ok := c.NetConn().(*stallConn); ok {
+			sc.out.stall = fn
+		}
+	}
 }
 
 func newWriter(conn net.Conn, maxPending int) *writer {
@@ -71,21 +89,34 @@ func newBudgetWriter(conn net.Conn, maxPending int, budget *bound) *writer {
 // Write queues one or more whole frames; Push, Flush or Close writes
 // them. It copies f, so the caller may reuse it as soon as Write returns.
 func (w *writer) Write(f []byte) error {
-	if w.budget != nil && !w.budget.takeOr(int64(len(f)), &w.stopped, &w.held, w.wkick) {
-		w.mu.Lock()
-		err := w.err
-		w.mu.Unlock()
-		if err == nil {
-			err = errWriterClosed
+	if w.budget != nil && !w.budget.takeNowHolding(int64(len(f)), &w.held) {
+		w.stalled(true)
+		ok := w.budget.takeOr(int64(len(f)), &w.stopped, &w.held, w.wkick)
+		w.stalled(false)
+		if !ok {
+			w.mu.Lock()
+			err := w.err
+			w.mu.Unlock()
+			if err == nil {
+				err = errWriterClosed
+			}
+			return err
 		}
-		return err
 	}
 	w.held.Add(int64(len(f)))
 	w.mu.Lock()
-	for len(w.pending) > 0 && len(w.pending)+len(f) > w.max && !w.closed {
-		w.waited.Store(true)
-		w.kickLocked()
-		w.room.Wait()
+	if w.mustWait(len(f)) {
+		w.mu.Unlock()
+		w.stalled(true)
+		w.mu.Lock()
+		for w.mustWait(len(f)) {
+			w.waited.Store(true)
+			w.kickLocked()
+			w.room.Wait()
+		}
+		w.mu.Unlock()
+		w.stalled(false)
+		w.mu.Lock()
 	}
 	if w.closed {
 		return w.refuseLocked(len(f))
@@ -97,6 +128,22 @@ func (w *writer) Write(f []byte) error {
 	w.mu.Unlock()
 	return nil
 }
+
+// mustWait reports whether a Write of n bytes waits for room. w.mu is held.
+func (w *writer) mustWait(n int) bool {
+	return len(w.pending) > 0 && len(w.pending)+n > w.max && !w.closed
+}
+
+// stalled calls w.stall, if set.
+func (w *writer) stalled(waiting bool) {
+	if w.stall != nil {
+		w.stall(waiting)
+	}
+}
+
+// Full reports whether the writer holds as much as it queues before a
+// Write waits: its peer is not keeping up.
+func (w *writer) Full() bool { return w.held.Load() >= int64(w.max) }
 
 // Waited reports whether a Write waited for room since the last call.
 func (w *writer) Waited() bool {

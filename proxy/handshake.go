@@ -1,0 +1,127 @@
+package proxy
+
+// Requests whose answers change how a connection's next requests are read,
+// classified, shared or charged: STARTUP (compression, the rate-limit
+// opt-in, the options client classes match on), AUTH_RESPONSE (the user
+// classes match on, the credentials hot reads are shared by) and USE (the
+// keyspace unqualified tables are resolved in).
+//
+// What such a request asks takes effect only once the upstream accepted it
+// (READY or AUTHENTICATE, AUTH_SUCCESS, Set_keyspace), and a connection's
+// STARTUP and login take effect once: a refused login names nobody, and a
+// client cannot move itself into another class after it logged in. The
+// request path reads nothing more from the client until the answer came,
+// so that no frame pipelined behind one is classified, served from another
+// connection's answer or used to invalidate against what the node may not
+// be using. Drivers wait for these answers anyway; a client that pipelines
+// behind one waits a round trip, alone.
+
+import (
+	"github.com/cqlguard/cqlguard/frame"
+)
+
+// verdict is what the upstream made of an awaited request.
+type verdict uint8
+
+const (
+	refused    verdict = iota // refused, or never answered
+	accepted                  // READY, AUTHENTICATE, AUTH_SUCCESS or a RESULT
+	challenged                // AUTH_CHALLENGE: the login goes on
+)
+
+// handshake is what the STARTUP or AUTH_RESPONSE in flight asks for, until
+// the upstream accepts it.
+type handshake struct {
+	comp            frame.Compression
+	optIn           bool
+	app, id, driver string
+	// principal folds the credentials of the login so far; user is the
+	// SASL PLAIN user it names, if hasUser.
+	principal uint64
+	user      string
+	hasUser   bool
+}
+
+// awaited reports whether the request path waits for req's answer before
+// it reads the next frame.
+func awaited(req *request) bool {
+	return req.reply == replyStartup || req.reply == replyAuth || req.use
+}
+
+// verdictOf returns, on the response path, what the upstream's frame h
+// says of the awaited request req, which it answers when ok, and whether h
+// answers one at all.
+func (s *session) verdictOf(req *request, ok bool, h frame.Header) (verdict, bool) {
+	if !s.awaiting.Load() {
+		return refused, false
+	}
+	// Cassandra answers a version it does not speak on stream 0, whatever
+	// stream the STARTUP used.
+	if s.awaitingV5.Load() && h.Opcode == frame.OpError && h.Stream == 0 {
+		return refused, true
+	}
+	if !ok || !awaited(req) {
+		return refused, false
+	}
+	switch {
+	case req.reply == replyStartup:
+		if h.Opcode == frame.OpReady || h.Opcode == frame.OpAuthenticate {
+			return accepted, true
+		}
+	case req.reply == replyAuth:
+		switch h.Opcode {
+		case frame.OpAuthSuccess:
+			return accepted, true
+		case frame.OpAuthChallenge:
+			return challenged, true
+		}
+	case h.Opcode == frame.OpResult:
+		return accepted, true
+	}
+	return refused, true
+}
+
+// settle hands the verdict on the awaited request to the request path,
+// once its answer is queued for the client. Only one is in flight.
+func (s *session) settle(v verdict) {
+	s.awaiting.Store(false)
+	s.awaitingV5.Store(false)
+	select {
+	case s.answered <- v:
+	default:
+	}
+}
+
+// settled applies, on the request path, what the upstream accepted of the
+// awaited request req of header h.
+func (s *session) settled(h frame.Header, req *request, v verdict) {
+	p := &s.pending
+	switch req.reply {
+	case replyStartup:
+		if v != accepted {
+			return
+		}
+		s.started = true
+		s.reqCompression, s.rateLimitOptIn = p.comp, p.optIn
+		s.identity.app, s.identity.id, s.identity.driver = p.app, p.id, p.driver
+		s.identityChanged = true
+		if h.Version >= 5 {
+			// The client's next bytes are segments, as the upstream's are.
+			s.fromClient.UseSegments(s.reqCompression == frame.CompressionLZ4)
+		}
+	case replyAuth:
+		switch v {
+		case accepted:
+			s.authenticated = true
+			s.principal = p.principal
+			if p.hasUser {
+				s.identity.user = p.user
+				s.identityChanged = true
+			}
+		case challenged:
+			// The next AUTH_RESPONSE goes on with the same login.
+		default:
+			p.principal, p.user, p.hasUser = s.principal, "", false
+		}
+	}
+}
