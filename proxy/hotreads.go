@@ -397,6 +397,12 @@ func (hr *hotReads) orphan(fl *hotread.Flight[waiter]) {
 // reads waiting on them are forwarded on their own connections at once,
 // and s leads and joins no flight until no write waits (serveHot).
 func (s *session) clientStall(waiting bool) {
+	if waiting {
+		s.clientWaits.Add(1)
+		s.clientWaiting.Add(1)
+	} else {
+		s.clientWaiting.Add(-1)
+	}
 	hr := s.p.hotReads
 	if hr == nil {
 		return

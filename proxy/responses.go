@@ -17,6 +17,13 @@ func (s *session) serveResponses() error {
 		// A request path waiting for an answer must not wait forever.
 		s.settle(refused)
 	}()
+	// An answer is timed as the node's latency only if it cannot have
+	// waited for the client: untimed is set once a write to the client
+	// waited (waits counts what was seen of them), and cleared once the
+	// response path has found the upstream's socket empty, with no such
+	// write waiting; what it reads next arrived after.
+	var waits uint32
+	untimed := false
 	for {
 		if s.fromUpstream.Buffered() == 0 {
 			s.fromUpstream.Release()
@@ -27,7 +34,9 @@ func (s *session) serveResponses() error {
 				return fmt.Errorf("%w: %w", errClientGone, err)
 			}
 			s.upstreamIn.park()
-			s.upstreamIn.wait()
+			if s.upstreamIn.wait() && s.clientWaiting.Load() == 0 {
+				waits, untimed = s.clientWaits.Load(), false
+			}
 		}
 		f, h, err := s.fromUpstream.Next()
 		if err != nil {
@@ -74,9 +83,16 @@ func (s *session) serveResponses() error {
 		if ok {
 			s.p.inflight.give(1)
 			now := s.now()
-			m.upstreamLatency.Observe(float64(now-req.start) / 1e9)
-			if s.node != nil && req.client != nil {
-				s.node.observe(req.client.tier, now, now-req.start)
+			// The node's latency, for the histogram and for shedding, is
+			// not what a client that does not read makes it look.
+			if w := s.clientWaits.Load(); w != waits || s.clientWaiting.Load() > 0 {
+				waits, untimed = w, true
+			}
+			if !untimed {
+				m.upstreamLatency.Observe(float64(now-req.start) / 1e9)
+				if s.node != nil && req.client != nil {
+					s.node.observe(req.client.tier, now, now-req.start)
+				}
 			}
 			if req.client != nil || req.nCharges > 0 {
 				s.charge(&req, f, h, now)

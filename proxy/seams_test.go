@@ -365,3 +365,66 @@ func TestClientResetIsNoProtocolError(t *testing.T) {
 		t.Errorf("a reset between frames counted as %v bad request frames", got)
 	}
 }
+
+// A client that stops reading makes its answers wait in the upstream's
+// socket: they are not timed as the node's latency, which would shed other
+// clients of its tier and page on a healthy node. (Before, a client that
+// held its answers for half a second made its tier's latency half a
+// second.)
+func TestStalledClientIsNotTheNodeSlowing(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", RowBytes: 256 << 10})
+	cfg := parseConfig(t, `listen: 127.0.0.1:0
+upstreams: [`+node.Addr()+`]
+admin: {listen: ""}
+max_buffered_bytes: 1048576
+clients:
+  classes:
+    - {name: batch, tier: 5, match: {application_names: [batch]}}
+shedding:
+  enabled: true
+  short_window: 100ms
+  long_window: 2s
+  min_samples: 10
+`)
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := servedOn(t, p)
+	c := dialRaw(t, addr, 4)
+	c.startup(map[string]string{"APPLICATION_NAME": "batch"})
+	const reads = 64 // 16 MiB of answers
+	var pipeline bytes.Buffer
+	for i := range reads {
+		pipeline.Write(queryFrame(t, int16(1+i), fmt.Sprintf("SELECT * FROM ks.kv WHERE k = %d", i)))
+	}
+	if _, err := c.c.Write(pipeline.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	var s *session
+	waitUntil(t, "the client's answers waiting for it", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for x := range p.sessions {
+			if x.clientWaits.Load() > 0 {
+				s = x
+			}
+		}
+		return s != nil
+	})
+	time.Sleep(500 * time.Millisecond) // how long the client holds its answers
+	c.c.SetDeadline(time.Now().Add(10 * time.Second))
+	for range reads {
+		c.recv()
+	}
+	l := s.node.latency[5].Load()
+	if l == nil {
+		return // no answer timed at all
+	}
+	short, _, ok := l.Quantiles(p.elapsed())
+	if short > 100*time.Millisecond {
+		t.Errorf("the tier's latency is %v after a client held its answers for 500 ms", short)
+	}
+	t.Logf("tier 5 latency %v (trusted %v) after the client held its answers for 500 ms", short, ok)
+}

@@ -113,6 +113,12 @@ type session struct {
 	// stalls counts the writes to the client waiting for room
 	// (clientStall). Guarded by mu.
 	stalls int
+	// clientWaits counts the waits of writes to the client that began,
+	// clientWaiting those under way: an answer the response path read
+	// while one was may have waited on the client in the upstream's
+	// socket, and is not timed as the node's (see untimed).
+	clientWaits   atomic.Uint32
+	clientWaiting atomic.Int32
 
 	// Client classes (clients.go), request path only: what is known of the
 	// client, whether it changed since its class was matched, the classes

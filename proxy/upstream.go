@@ -161,17 +161,22 @@ func (l *lazyReader) park() {
 
 // wait blocks until the connection has bytes, or fails, and gives br a
 // buffer to read them with. A failure is br's to return, after the bytes.
-func (l *lazyReader) wait() {
+// It reports false when bytes were there already, true when it waited for
+// them or cannot tell.
+func (l *lazyReader) wait() bool {
 	if l.held != nil {
-		return
+		return false
 	}
 	l.off = 0
+	waited := true
 	if l.sock == nil {
 		l.n, l.err = l.src.Read(l.head[:])
 	} else {
 		l.n, l.err = l.sock.ReadOrWait(l.head[:])
+		waited = l.n == 0 && l.err == nil
 	}
 	l.take()
+	return waited
 }
 
 // Read is br's source: the bytes read while parked, then the connection.
