@@ -100,9 +100,13 @@ func meanAfter(xs []int, skip int) float64 {
 	return float64(sum) / float64(len(xs)-skip)
 }
 
+// redisClient starts a Redis and returns a function that makes clients of
+// it, which read replies through the dialer the proxy uses.
 func redisClient(t *testing.T) func() redis.UniversalClient {
 	addr := redistest.Start(t)
-	return func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }
+	return func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: addr, Dialer: NewDialer(time.Second, nil)})
+	}
 }
 
 // TestFleetAdmitsTheLimit: three proxies, the load of one hot partition,
@@ -160,7 +164,7 @@ func TestReporterFallback(t *testing.T) {
 	var log strings.Builder
 	f := ratelimit.NewFleet(64)
 	m := NewMetrics(prometheus.NewRegistry())
-	r := New(Config{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond}),
+	r := New(Config{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond, Dialer: NewDialer(100*time.Millisecond, nil)}),
 		KeyPrefix: "test:fallback:", Interval: 100 * time.Millisecond, Share: true}, f,
 		zerolog.New(&log), m)
 	defer r.cfg.Client.Close()
@@ -248,7 +252,9 @@ func TestScaleOutTable(t *testing.T) {
 // three-master Redis Cluster, whose nodes hold different partitions' keys.
 func TestFleetOnRedisCluster(t *testing.T) {
 	addrs := redistest.StartCluster(t)
-	client := func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) }
+	client := func() redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Dialer: NewDialer(time.Second, nil)})
+	}
 	const limit = 200
 	got := simulation{algorithm: ratelimit.AlgorithmTokenBucket, limit: limit, offered: 5 * limit, split: []float64{0.8, 0.1, 0.1}, seconds: 6, coordinated: true}.run(t, client)
 	t.Logf("admitted per second %v", got)
