@@ -38,6 +38,13 @@ type simulation struct {
 	split       []float64 // each proxy's part of the offered load
 	seconds     int
 	coordinated bool
+	share       bool // fallback share rather than local
+	// poisonCur and poisonPrev, when not empty, are what another writer
+	// sets the partition's counts of this second and the last one to
+	// before every report.
+	poisonCur, poisonPrev string
+	// check, when not nil, looks at each proxy's metrics at the end.
+	check func(t *testing.T, m *Metrics)
 }
 
 // run returns the operations the fleet admitted in each second.
@@ -59,10 +66,25 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 		}
 		p := simProxy{lim: lim, fleet: ratelimit.NewFleet(1024), m: NewMetrics(nil)}
 		if s.coordinated {
-			p.rep = New(Config{Client: client(), KeyPrefix: prefix, Interval: 100 * time.Millisecond, Now: clock}, p.fleet, zerolog.Nop(), p.m)
+			p.rep = New(Config{Client: client(), KeyPrefix: prefix, Interval: 100 * time.Millisecond, Share: s.share, Now: clock}, p.fleet, zerolog.Nop(), p.m)
 			t.Cleanup(func() { p.rep.cfg.Client.Close() })
 		}
 		proxies[i] = p
+	}
+	var writer redis.UniversalClient
+	if s.poisonCur != "" || s.poisonPrev != "" {
+		writer = client()
+		t.Cleanup(func() { writer.Close() })
+	}
+	poison := func(r *Reporter) {
+		cur, prev := r.keys(ratelimit.FleetEntry{Token: 42, Label: 7}, now.Unix())
+		for _, kv := range [][2]string{{cur, s.poisonCur}, {prev, s.poisonPrev}} {
+			if kv[1] != "" {
+				if err := writer.Set(context.Background(), kv[0], kv[1], 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 	const step = time.Millisecond
 	owed := make([]float64, len(proxies))
@@ -75,17 +97,29 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 			owed[i] += s.offered * s.split[i] * step.Seconds()
 			for ; owed[i] >= 1; owed[i]-- {
 				ts := now.UnixNano()
-				ok := !s.coordinated || p.fleet.Admit(ts, 42, label, s.limit)
+				// As the proxy decides (decide.go).
+				ok, limit := true, s.limit
+				if s.coordinated {
+					ok, limit = p.fleet.Admit(ts, 42, label, s.limit), p.fleet.LocalLimit(s.limit)
+				}
 				if ok {
-					ok = p.lim.AllowAt(ts, 42, label, s.limit) != ratelimit.Reject
+					ok = p.lim.AllowAt(ts, 42, label, limit) != ratelimit.Reject
 				}
 				if ok {
 					admitted[tick/1000]++
 				}
 			}
 			if s.coordinated && (tick+i*37)%100 == 99 { // each proxy its own phase
+				if writer != nil {
+					poison(p.rep)
+				}
 				p.rep.Report(context.Background())
 			}
+		}
+	}
+	if s.check != nil {
+		for _, p := range proxies {
+			s.check(t, p.m)
 		}
 	}
 	return admitted
@@ -154,6 +188,59 @@ func countOver(split []float64, limit, offered float64) float64 {
 		n += min(s*offered, limit) / limit
 	}
 	return n
+}
+
+// TestAbsurdCounts: another writer sets a hot partition's counts in Redis
+// to what no fleet could have counted, before every report of three
+// proxies offered 5 times its limit: huge counts would have the fleet
+// refuse it nearly whole, negative ones admit it as if uncoordinated (three
+// times the limit). The proxies fall back as when Redis cannot be reached
+// (here sharing the limit), count the counts in a metric, and the fleet
+// admits about the limit.
+func TestAbsurdCounts(t *testing.T) {
+	client := redisClient(t)
+	for _, tc := range []struct{ name, cur, prev string }{
+		{"huge", "1000000000000000", "1000000000000000"},
+		{"negative", "-1000000", "-1000000"},
+		{"not a number", "", "many"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const limit = 200
+			got := simulation{algorithm: ratelimit.AlgorithmTokenBucket, limit: limit, offered: 5 * limit, split: []float64{1.0 / 3, 1.0 / 3, 1.0 / 3},
+				seconds: 5, coordinated: true, share: true, poisonCur: tc.cur, poisonPrev: tc.prev,
+				check: func(t *testing.T, m *Metrics) {
+					if n := testutil.ToFloat64(m.implausible); n < 40 || testutil.ToFloat64(m.up) != 0 {
+						t.Errorf("%v implausible counts, up %v: want one a report (50) and down", n, testutil.ToFloat64(m.up))
+					}
+				}}.run(t, client)
+			t.Logf("admitted per second %v", got)
+			if m := meanAfter(got, 2); m < 0.5*limit || m > 1.5*limit {
+				t.Errorf("mean %.1f admitted a second, want about %d", m, limit)
+			}
+		})
+	}
+}
+
+// TestProxiesFromTheFuture: members of the proxies' set dated in the
+// future, which no proxy writes and which would stay in the set, are not
+// counted as proxies (that divide the limits under fallback share).
+func TestProxiesFromTheFuture(t *testing.T) {
+	addr := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: NewDialer(time.Second, nil)})
+	defer c.Close()
+	prefix := fmt.Sprintf("future:%d:", time.Now().UnixNano())
+	future := float64(time.Now().Add(time.Hour).UnixMilli())
+	for i := range 1000 {
+		if err := c.ZAdd(context.Background(), prefix+"proxies", redis.Z{Score: future, Member: strconv.Itoa(i)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewMetrics(prometheus.NewRegistry())
+	r := New(Config{Client: c, KeyPrefix: prefix, Interval: 100 * time.Millisecond}, ratelimit.NewFleet(64), zerolog.Nop(), m)
+	r.Report(context.Background())
+	if up, n := testutil.ToFloat64(m.up), testutil.ToFloat64(m.proxies); up != 1 || n != 1 {
+		t.Errorf("up %v, %v proxies seen, want up and 1", up, n)
+	}
 }
 
 // TestReporterFallback: a Redis that stops answering makes the reporter
