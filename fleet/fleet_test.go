@@ -243,6 +243,69 @@ func TestProxiesFromTheFuture(t *testing.T) {
 	}
 }
 
+// aclUser is the ACL user docs/scale-out.md recommends, for the key
+// prefix "cqlguard:": the fleet's commands on its own keys and nothing
+// else (HELLO and AUTH are always allowed).
+const aclUser = "ACL SETUSER cqlguard on >%s resetkeys ~cqlguard:* resetchannels -@all " +
+	"+zadd +zremrangebyscore +zcount +pexpire +incrby +get +cluster|slots"
+
+// TestReporterACLUser: the ACL user of docs/scale-out.md reports to a
+// Redis and to a Redis Cluster (ACL users are per node), and may touch no
+// key outside the prefix nor run other commands.
+func TestReporterACLUser(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		start  func(t testing.TB) []string
+		client func(addrs []string, user, password string) redis.UniversalClient
+	}{
+		{"standalone", func(t testing.TB) []string { return []string{redistest.Start(t)} }, func(addrs []string, user, password string) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: addrs[0], Username: user, Password: password, Dialer: NewDialer(time.Second, nil)})
+		}},
+		{"cluster", redistest.StartCluster, func(addrs []string, user, password string) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: password, Dialer: NewDialer(time.Second, nil)})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := tc.start(t)
+			ctx := context.Background()
+			const password = "fleet-password"
+			for _, a := range addrs {
+				admin := redis.NewClient(&redis.Options{Addr: a})
+				var args []any
+				for _, f := range strings.Fields(fmt.Sprintf(aclUser, password)) {
+					args = append(args, f)
+				}
+				if err := admin.Do(ctx, args...).Err(); err != nil {
+					t.Fatalf("%s: %v", a, err)
+				}
+				admin.Close()
+			}
+			c := tc.client(addrs, "cqlguard", password)
+			defer c.Close()
+			f := ratelimit.NewFleet(4096)
+			for tok := range 50 { // keys on every master of the cluster
+				for range 100 {
+					f.Admit(0, int64(tok), 7, 10)
+				}
+			}
+			var log strings.Builder
+			m := NewMetrics(prometheus.NewRegistry())
+			r := New(Config{Client: c, KeyPrefix: "cqlguard:", Interval: 100 * time.Millisecond}, f, zerolog.New(&log), m)
+			r.Report(ctx)
+			if testutil.ToFloat64(m.up) != 1 || testutil.ToFloat64(m.partitions) != 50 {
+				t.Fatalf("up %v, %v partitions reported; log:\n%s", testutil.ToFloat64(m.up), testutil.ToFloat64(m.partitions), log.String())
+			}
+			one := redis.NewClient(&redis.Options{Addr: addrs[0], Username: "cqlguard", Password: password})
+			defer one.Close()
+			for _, cmd := range [][]any{{"get", "other"}, {"set", "cqlguard:x", "1"}, {"del", "cqlguard:proxies"}, {"flushall"}, {"config", "get", "*"}} {
+				if err := one.Do(ctx, cmd...).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+					t.Errorf("%v: %v, want NOPERM", cmd, err)
+				}
+			}
+		})
+	}
+}
+
 // TestReporterFallback: a Redis that stops answering makes the reporter
 // say so (metric, one log line), share the limit when asked to, and pick up
 // again once Redis answers.
