@@ -19,6 +19,11 @@
 // the limit divided by the proxies last seen (fallback share). A failed or
 // slow report never holds up a request.
 //
+// Redis is trusted with the limits' accuracy, not with the proxy's memory
+// or availability: its replies are bounded before they are allocated
+// (NewDialer), and a count that no fleet could have written fails the
+// report as if Redis could not be reached.
+//
 // The package knows Redis, tokens and labels; not CQL, tables or sockets
 // to clients.
 package fleet
@@ -63,6 +68,13 @@ type Config struct {
 // of the fleet.
 const proxiesWindow = 3 * time.Second
 
+// maxProxyRate bounds the operations one proxy can be offered on one
+// partition in a second, and so what it can report of them: over 30 times
+// the fastest a proxy has served all its requests (docs/benchmarks.md,
+// about a million a second on two cores), a request counting each of its
+// partitions once. It bounds the counts a fleet can have written.
+const maxProxyRate = 1 << 25
+
 // Reporter reports a proxy's hot partitions and sets their shares.
 type Reporter struct {
 	cfg   Config
@@ -76,6 +88,7 @@ type Reporter struct {
 	entries []ratelimit.FleetEntry
 	incr    []*redis.IntCmd
 	prev    []*redis.StringCmd
+	rates   []float64
 	key     []byte
 }
 
@@ -164,7 +177,9 @@ func (r *Reporter) report(ctx context.Context) error {
 	ms := now.UnixMilli()
 	pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
 	pipe.ZRemRangeByScore(ctx, members, "-inf", strconv.FormatInt(ms-proxiesWindow.Milliseconds(), 10))
-	count := pipe.ZCard(ctx, members)
+	// A proxy's score is when it reported: one from the future is none a
+	// proxy wrote, and would stay in the set.
+	count := pipe.ZCount(ctx, members, "-inf", strconv.FormatInt(ms+proxiesWindow.Milliseconds(), 10))
 	pipe.PExpire(ctx, members, 2*proxiesWindow)
 	r.incr, r.prev = r.incr[:0], r.prev[:0]
 	for _, e := range r.entries {
@@ -199,21 +214,50 @@ func (r *Reporter) report(ctx context.Context) error {
 	// reported, so each proxy's are late by up to an interval, but the
 	// window holds a second's worth of every proxy's reports all the same.
 	frac := float64(now.Nanosecond()) / 1e9
+	if err := r.rate(frac, sec); err != nil {
+		return err
+	}
 	until := now.Add(max(3*r.cfg.Interval, 300*time.Millisecond)).UnixNano()
 	for i, e := range r.entries {
-		cur, err := r.incr[i].Result()
-		if err != nil {
-			continue
-		}
-		prev, _ := r.prev[i].Int64()
-		rate := float64(cur) + float64(prev)*(1-frac)
 		share := 1.0
-		if rate > float64(e.Limit) {
+		if rate := r.rates[i]; rate > float64(e.Limit) {
 			share = float64(e.Limit) / rate
 		}
 		r.fleet.Set(e, share, until)
 	}
 	return nil
+}
+
+// rate sets rates to the fleet's rate of each partition reported, from its
+// counts in second sec and the one before, frac of sec past. Counts that no
+// fleet could have written fail the report, as if Redis could not be
+// reached, rather than have the fleet refuse a partition nearly whole (a
+// huge count) or admit it as if uncoordinated (a negative one): a count
+// under 0, or not a number, under what this report just added to it (a
+// count only grows), or over what the proxies seen could have reported in
+// a second (each, what it was offered in the second and at most one
+// interval, 500 ms, before it).
+func (r *Reporter) rate(frac float64, sec int64) error {
+	most := 2 * int64(r.proxies) * maxProxyRate
+	var bad error
+	r.rates = r.rates[:0]
+	for i, e := range r.entries {
+		cur, err := r.incr[i].Result()
+		prev, perr := r.prev[i].Int64()
+		if errors.Is(perr, redis.Nil) {
+			prev, perr = 0, nil
+		}
+		if err == nil && (perr != nil || cur < int64(e.Hits) || cur > most || prev < 0 || prev > most) {
+			r.m.implausible.Inc()
+			if bad == nil {
+				kc, kp := r.keys(e, sec)
+				bad = fmt.Errorf("counts no fleet of %d proxies could have written: %s is %d after adding %d, %s is %q",
+					r.proxies, kc, cur, e.Hits, kp, r.prev[i].Val())
+			}
+		}
+		r.rates = append(r.rates, float64(cur)+float64(prev)*(1-frac))
+	}
+	return bad
 }
 
 // keys returns the keys of a partition's counts in second sec and the one
@@ -240,6 +284,7 @@ type Metrics struct {
 	failures      prometheus.Counter
 	partitions    prometheus.Gauge
 	proxies       prometheus.Gauge
+	implausible   prometheus.Counter
 }
 
 // NewMetrics registers the coordination metrics with reg.
@@ -256,9 +301,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Partitions the last report carried."}),
 		proxies: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cqlguard_coordination_proxies",
 			Help: "Proxies seen reporting in the last 3 seconds, this one included."}),
+		implausible: prometheus.NewCounter(prometheus.CounterOpts{Name: "cqlguard_coordination_implausible_counts_total",
+			Help: "Partitions whose counts in Redis no fleet could have written (negative, not a number, under this proxy's report or over what the proxies seen could offer); each fails its report."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.up, m.reportSeconds, m.failures, m.partitions, m.proxies)
+		reg.MustRegister(m.up, m.reportSeconds, m.failures, m.partitions, m.proxies, m.implausible)
 	}
 	return m
 }

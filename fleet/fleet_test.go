@@ -38,6 +38,13 @@ type simulation struct {
 	split       []float64 // each proxy's part of the offered load
 	seconds     int
 	coordinated bool
+	share       bool // fallback share rather than local
+	// poisonCur and poisonPrev, when not empty, are what another writer
+	// sets the partition's counts of this second and the last one to
+	// before every report.
+	poisonCur, poisonPrev string
+	// check, when not nil, looks at each proxy's metrics at the end.
+	check func(t *testing.T, m *Metrics)
 }
 
 // run returns the operations the fleet admitted in each second.
@@ -59,10 +66,25 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 		}
 		p := simProxy{lim: lim, fleet: ratelimit.NewFleet(1024), m: NewMetrics(nil)}
 		if s.coordinated {
-			p.rep = New(Config{Client: client(), KeyPrefix: prefix, Interval: 100 * time.Millisecond, Now: clock}, p.fleet, zerolog.Nop(), p.m)
+			p.rep = New(Config{Client: client(), KeyPrefix: prefix, Interval: 100 * time.Millisecond, Share: s.share, Now: clock}, p.fleet, zerolog.Nop(), p.m)
 			t.Cleanup(func() { p.rep.cfg.Client.Close() })
 		}
 		proxies[i] = p
+	}
+	var writer redis.UniversalClient
+	if s.poisonCur != "" || s.poisonPrev != "" {
+		writer = client()
+		t.Cleanup(func() { writer.Close() })
+	}
+	poison := func(r *Reporter) {
+		cur, prev := r.keys(ratelimit.FleetEntry{Token: 42, Label: 7}, now.Unix())
+		for _, kv := range [][2]string{{cur, s.poisonCur}, {prev, s.poisonPrev}} {
+			if kv[1] != "" {
+				if err := writer.Set(context.Background(), kv[0], kv[1], 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 	const step = time.Millisecond
 	owed := make([]float64, len(proxies))
@@ -75,17 +97,29 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 			owed[i] += s.offered * s.split[i] * step.Seconds()
 			for ; owed[i] >= 1; owed[i]-- {
 				ts := now.UnixNano()
-				ok := !s.coordinated || p.fleet.Admit(ts, 42, label, s.limit)
+				// As the proxy decides (decide.go).
+				ok, limit := true, s.limit
+				if s.coordinated {
+					ok, limit = p.fleet.Admit(ts, 42, label, s.limit), p.fleet.LocalLimit(s.limit)
+				}
 				if ok {
-					ok = p.lim.AllowAt(ts, 42, label, s.limit) != ratelimit.Reject
+					ok = p.lim.AllowAt(ts, 42, label, limit) != ratelimit.Reject
 				}
 				if ok {
 					admitted[tick/1000]++
 				}
 			}
 			if s.coordinated && (tick+i*37)%100 == 99 { // each proxy its own phase
+				if writer != nil {
+					poison(p.rep)
+				}
 				p.rep.Report(context.Background())
 			}
+		}
+	}
+	if s.check != nil {
+		for _, p := range proxies {
+			s.check(t, p.m)
 		}
 	}
 	return admitted
@@ -100,9 +134,13 @@ func meanAfter(xs []int, skip int) float64 {
 	return float64(sum) / float64(len(xs)-skip)
 }
 
+// redisClient starts a Redis and returns a function that makes clients of
+// it, which read replies through the dialer the proxy uses.
 func redisClient(t *testing.T) func() redis.UniversalClient {
 	addr := redistest.Start(t)
-	return func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }
+	return func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: addr, Dialer: NewDialer(time.Second, nil)})
+	}
 }
 
 // TestFleetAdmitsTheLimit: three proxies, the load of one hot partition,
@@ -152,6 +190,122 @@ func countOver(split []float64, limit, offered float64) float64 {
 	return n
 }
 
+// TestAbsurdCounts: another writer sets a hot partition's counts in Redis
+// to what no fleet could have counted, before every report of three
+// proxies offered 5 times its limit: huge counts would have the fleet
+// refuse it nearly whole, negative ones admit it as if uncoordinated (three
+// times the limit). The proxies fall back as when Redis cannot be reached
+// (here sharing the limit), count the counts in a metric, and the fleet
+// admits about the limit.
+func TestAbsurdCounts(t *testing.T) {
+	client := redisClient(t)
+	for _, tc := range []struct{ name, cur, prev string }{
+		{"huge", "1000000000000000", "1000000000000000"},
+		{"negative", "-1000000", "-1000000"},
+		{"not a number", "", "many"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const limit = 200
+			got := simulation{algorithm: ratelimit.AlgorithmTokenBucket, limit: limit, offered: 5 * limit, split: []float64{1.0 / 3, 1.0 / 3, 1.0 / 3},
+				seconds: 5, coordinated: true, share: true, poisonCur: tc.cur, poisonPrev: tc.prev,
+				check: func(t *testing.T, m *Metrics) {
+					if n := testutil.ToFloat64(m.implausible); n < 40 || testutil.ToFloat64(m.up) != 0 {
+						t.Errorf("%v implausible counts, up %v: want one a report (50) and down", n, testutil.ToFloat64(m.up))
+					}
+				}}.run(t, client)
+			t.Logf("admitted per second %v", got)
+			if m := meanAfter(got, 2); m < 0.5*limit || m > 1.5*limit {
+				t.Errorf("mean %.1f admitted a second, want about %d", m, limit)
+			}
+		})
+	}
+}
+
+// TestProxiesFromTheFuture: members of the proxies' set dated in the
+// future, which no proxy writes and which would stay in the set, are not
+// counted as proxies (that divide the limits under fallback share).
+func TestProxiesFromTheFuture(t *testing.T) {
+	addr := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: NewDialer(time.Second, nil)})
+	defer c.Close()
+	prefix := fmt.Sprintf("future:%d:", time.Now().UnixNano())
+	future := float64(time.Now().Add(time.Hour).UnixMilli())
+	for i := range 1000 {
+		if err := c.ZAdd(context.Background(), prefix+"proxies", redis.Z{Score: future, Member: strconv.Itoa(i)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewMetrics(prometheus.NewRegistry())
+	r := New(Config{Client: c, KeyPrefix: prefix, Interval: 100 * time.Millisecond}, ratelimit.NewFleet(64), zerolog.Nop(), m)
+	r.Report(context.Background())
+	if up, n := testutil.ToFloat64(m.up), testutil.ToFloat64(m.proxies); up != 1 || n != 1 {
+		t.Errorf("up %v, %v proxies seen, want up and 1", up, n)
+	}
+}
+
+// aclUser is the ACL user docs/scale-out.md recommends, for the key
+// prefix "cqlguard:": the fleet's commands on its own keys and nothing
+// else (HELLO and AUTH are always allowed).
+const aclUser = "ACL SETUSER cqlguard on >%s resetkeys ~cqlguard:* resetchannels -@all " +
+	"+zadd +zremrangebyscore +zcount +pexpire +incrby +get +cluster|slots"
+
+// TestReporterACLUser: the ACL user of docs/scale-out.md reports to a
+// Redis and to a Redis Cluster (ACL users are per node), and may touch no
+// key outside the prefix nor run other commands.
+func TestReporterACLUser(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		start  func(t testing.TB) []string
+		client func(addrs []string, user, password string) redis.UniversalClient
+	}{
+		{"standalone", func(t testing.TB) []string { return []string{redistest.Start(t)} }, func(addrs []string, user, password string) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: addrs[0], Username: user, Password: password, Dialer: NewDialer(time.Second, nil)})
+		}},
+		{"cluster", redistest.StartCluster, func(addrs []string, user, password string) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: password, Dialer: NewDialer(time.Second, nil)})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := tc.start(t)
+			ctx := context.Background()
+			const password = "fleet-password"
+			for _, a := range addrs {
+				admin := redis.NewClient(&redis.Options{Addr: a})
+				var args []any
+				for _, f := range strings.Fields(fmt.Sprintf(aclUser, password)) {
+					args = append(args, f)
+				}
+				if err := admin.Do(ctx, args...).Err(); err != nil {
+					t.Fatalf("%s: %v", a, err)
+				}
+				admin.Close()
+			}
+			c := tc.client(addrs, "cqlguard", password)
+			defer c.Close()
+			f := ratelimit.NewFleet(4096)
+			for tok := range 50 { // keys on every master of the cluster
+				for range 100 {
+					f.Admit(0, int64(tok), 7, 10)
+				}
+			}
+			var log strings.Builder
+			m := NewMetrics(prometheus.NewRegistry())
+			r := New(Config{Client: c, KeyPrefix: "cqlguard:", Interval: 100 * time.Millisecond}, f, zerolog.New(&log), m)
+			r.Report(ctx)
+			if testutil.ToFloat64(m.up) != 1 || testutil.ToFloat64(m.partitions) != 50 {
+				t.Fatalf("up %v, %v partitions reported; log:\n%s", testutil.ToFloat64(m.up), testutil.ToFloat64(m.partitions), log.String())
+			}
+			one := redis.NewClient(&redis.Options{Addr: addrs[0], Username: "cqlguard", Password: password})
+			defer one.Close()
+			for _, cmd := range [][]any{{"get", "other"}, {"set", "cqlguard:x", "1"}, {"del", "cqlguard:proxies"}, {"flushall"}, {"config", "get", "*"}} {
+				if err := one.Do(ctx, cmd...).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+					t.Errorf("%v: %v, want NOPERM", cmd, err)
+				}
+			}
+		})
+	}
+}
+
 // TestReporterFallback: a Redis that stops answering makes the reporter
 // say so (metric, one log line), share the limit when asked to, and pick up
 // again once Redis answers.
@@ -160,7 +314,7 @@ func TestReporterFallback(t *testing.T) {
 	var log strings.Builder
 	f := ratelimit.NewFleet(64)
 	m := NewMetrics(prometheus.NewRegistry())
-	r := New(Config{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond}),
+	r := New(Config{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond, Dialer: NewDialer(100*time.Millisecond, nil)}),
 		KeyPrefix: "test:fallback:", Interval: 100 * time.Millisecond, Share: true}, f,
 		zerolog.New(&log), m)
 	defer r.cfg.Client.Close()
@@ -248,7 +402,9 @@ func TestScaleOutTable(t *testing.T) {
 // three-master Redis Cluster, whose nodes hold different partitions' keys.
 func TestFleetOnRedisCluster(t *testing.T) {
 	addrs := redistest.StartCluster(t)
-	client := func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) }
+	client := func() redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Dialer: NewDialer(time.Second, nil)})
+	}
 	const limit = 200
 	got := simulation{algorithm: ratelimit.AlgorithmTokenBucket, limit: limit, offered: 5 * limit, split: []float64{0.8, 0.1, 0.1}, seconds: 6, coordinated: true}.run(t, client)
 	t.Logf("admitted per second %v", got)

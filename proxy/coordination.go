@@ -131,16 +131,20 @@ func redisClient(cfg config.CoordinationConfig) (redis.UniversalClient, error) {
 		conf.ServerName = t.ServerName
 	}
 	timeout := time.Duration(cfg.SyncInterval)
+	dialTimeout := max(timeout, 100*time.Millisecond)
+	// The dialer bounds what a reply may make the client allocate
+	// (fleet.NewDialer), and dials TLS itself.
+	dial := fleet.NewDialer(dialTimeout, conf)
 	if cfg.Cluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: cfg.Addresses, Username: cfg.Username, Password: password, TLSConfig: conf,
-			DialTimeout: max(timeout, 100*time.Millisecond), ReadTimeout: timeout, WriteTimeout: timeout,
+			Addrs: cfg.Addresses, Username: cfg.Username, Password: password, TLSConfig: conf, Dialer: dial,
+			DialTimeout: dialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
 			MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true,
 		}), nil
 	}
 	return redis.NewClient(&redis.Options{
-		Addr: cfg.Addresses[0], Username: cfg.Username, Password: password, TLSConfig: conf,
-		DialTimeout: max(timeout, 100*time.Millisecond), ReadTimeout: timeout, WriteTimeout: timeout,
+		Addr: cfg.Addresses[0], Username: cfg.Username, Password: password, TLSConfig: conf, Dialer: dial,
+		DialTimeout: dialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
 		MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true,
 	}), nil
 }

@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -267,5 +271,142 @@ func TestCoordinationSecured(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// hostileRedis answers HELLO as a Redis 5 would (RESP2 only), and every
+// other command with the declaration of a 1 GiB bulk string, none of which
+// it sends.
+func hostileRedis(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				rd := bufio.NewReader(c)
+				for {
+					name, err := readCommand(rd)
+					if err != nil {
+						return
+					}
+					answer := "$1073741824\r\n"
+					if strings.EqualFold(name, "hello") {
+						answer = "-ERR unknown command 'HELLO'\r\n"
+					}
+					if _, err := io.WriteString(c, answer); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// readCommand reads a command a Redis client sends, an array of bulk
+// strings, and returns its name.
+func readCommand(rd *bufio.Reader) (string, error) {
+	var args []string
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+	if err != nil || n < 1 {
+		return "", fmt.Errorf("not a command: %q", line)
+	}
+	for range n {
+		if line, err = rd.ReadString('\n'); err != nil {
+			return "", err
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil || size < 0 {
+			return "", fmt.Errorf("not a bulk string: %q", line)
+		}
+		arg := make([]byte, size+2)
+		if _, err := io.ReadFull(rd, arg); err != nil {
+			return "", err
+		}
+		args = append(args, string(arg[:size]))
+	}
+	return args[0], nil
+}
+
+// TestCoordinationHostileRedis: a Redis that declares a 1 GiB reply to
+// every command costs the proxy no memory, report after report: the reply
+// is refused before the client allocates it, the report fails as if Redis
+// were down (one log line naming the refusal), and requests are admitted
+// per the fallback. It measures the process's allocations, so it does not
+// run in parallel with other tests.
+func TestCoordinationHostileRedis(t *testing.T) {
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	var log logLines
+	reg := prometheus.NewRegistry()
+	cfg := config.Default()
+	cfg.Admin.Listen, cfg.Listen, cfg.Upstreams = "", "127.0.0.1:0", []string{node.Addr()}
+	limit := config.OpsPerSecond(1000000)
+	cfg.Limits.Keyspaces = map[string]config.KeyspaceLimits{"ks": {Tables: map[string]config.RateLimits{"kv": {MaxReadsPerSecond: &limit}}}}
+	cfg.Coordination.Addresses = []string{hostileRedis(t)}
+	cfg.Coordination.SyncInterval = config.Duration(50 * time.Millisecond)
+	p, err := New(cfg, zerolog.New(&log), reg, WithSchema(staticSchema{testSnapshot(t)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() { p.Shutdown(t.Context()) })
+	c := dialRaw(t, ln.Addr().String(), 4)
+	c.startup(nil)
+	stream := int16(0)
+	failures := func() float64 { return gaugeValue(t, reg, "cqlguard_coordination_report_failures_total") }
+	// requests sends requests one after another until n more reports have
+	// failed; each must be answered with a result.
+	requests := func(n float64) int {
+		t.Helper()
+		sent := 0
+		deadline := time.Now().Add(30 * time.Second)
+		for want := failures() + n; failures() < want; sent++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v reports failed in 30 s, want %v more; log:\n%s", failures(), n, log.String())
+			}
+			stream = (stream + 1) & 0x7fff
+			c.c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.send(stream, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+			if fr := c.recv(); fr.Header.OpCode != primitive.OpCodeResult {
+				t.Fatalf("request answered with %v", fr.Body.Message)
+			}
+		}
+		return sent
+	}
+	requests(2)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const syncs = 5
+	sent := requests(syncs)
+	runtime.ReadMemStats(&after)
+	grown := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d reports: %.1f MiB allocated in all, %d requests admitted", syncs, float64(grown)/(1<<20), sent)
+	if grown > 64<<20 {
+		t.Errorf("%d reports to a Redis declaring 1 GiB replies allocated %d MiB", syncs, grown>>20)
+	}
+	if up := gaugeValue(t, reg, "cqlguard_coordination_up"); up != 0 {
+		t.Errorf("cqlguard_coordination_up %v, want 0", up)
+	}
+	out := log.String()
+	if n := strings.Count(out, "coordination lost"); n != 1 || !strings.Contains(out, "redis reply refused") {
+		t.Errorf("want one line saying coordination was lost, naming the refused reply:\n%s", out)
 	}
 }
