@@ -32,6 +32,9 @@ import (
 type seamNode struct {
 	ln             net.Listener
 	user, password string
+	// transitional accepts any login, as ScyllaDB's TransitionalAuthenticator
+	// does (a wrong one logs in as the anonymous user). Set before use.
+	transitional bool
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -121,7 +124,7 @@ func (n *seamNode) serve(c *seamConn) {
 			const class = "org.apache.cassandra.auth.PasswordAuthenticator"
 			c.reply(h, frame.OpAuthenticate, append(binary.BigEndian.AppendUint16(nil, uint16(len(class))), class...))
 		case frame.OpAuthResponse:
-			if user, password, ok := plainAsTheNodeReadsIt(body); ok && user == n.user && password == n.password {
+			if user, password, ok := plainAsTheNodeReadsIt(body); ok && (n.transitional || user == n.user && password == n.password) {
 				c.reply(h, frame.OpAuthSuccess, []byte{0xff, 0xff, 0xff, 0xff})
 				continue
 			}
@@ -315,16 +318,33 @@ hot_reads:
 }
 
 // The user a SASL PLAIN login names, for client classes, is the one the
-// node authenticates. ScyllaDB reads the token from its end (the password
-// after the last zero byte, the user before it) and ignores anything in
-// front, so that "\x00admin\x00guest\x00pw" logs in as guest with guest's
-// password; the proxy must not take it for admin. (On main's head it does:
-// learnUser takes the field after the first zero byte, and the connection
-// of user guest is of class admins, which has no budget.)
+// node authenticated. Two ways a login the node accepts names another user
+// to the proxy (on main's head both put a connection of user guest, or of
+// nobody, in class admins, which has no budget):
+//
+//   - ScyllaDB (and Cassandra before 4.0) reads the token from its end: the
+//     password after the last zero byte, the user before it, anything in
+//     front ignored. "\x00admin\x00guest\x00pw" logs in as guest, with
+//     guest's password; learnUser takes the field after the first zero
+//     byte, admin.
+//   - ScyllaDB's TransitionalAuthenticator, for moving a cluster to
+//     authentication, answers AUTH_SUCCESS to wrong credentials, logging
+//     the connection in as the anonymous user: "\x00admin\x00guessed" is
+//     accepted, and the proxy takes the connection for admin.
 func TestPlainLoginUserAsTheNodeReadsIt(t *testing.T) {
 	t.Parallel()
-	node := startSeamNode(t, "guest", "pw")
-	cfg := parseConfig(t, `listen: 127.0.0.1:0
+	for _, tc := range []struct {
+		name, token  string
+		transitional bool
+	}{
+		{"token read from its end", "\x00admin\x00guest\x00pw", false},
+		{"transitional authenticator", "\x00admin\x00guessed", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			node := startSeamNode(t, "guest", "pw")
+			node.transitional = tc.transitional
+			cfg := parseConfig(t, `listen: 127.0.0.1:0
 upstreams: [`+node.addr()+`]
 admin: {listen: ""}
 clients:
@@ -336,21 +356,24 @@ clients:
     name: default
     max_units_per_second: 1000
 `)
-	p, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
-	c := dialRaw(t, addr, 4)
-	c.send(0, &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}})
-	if op := c.recv().Header.OpCode; op != primitive.OpCodeAuthenticate {
-		t.Fatalf("STARTUP answered %v", op)
-	}
-	c.send(1, &message.AuthResponse{Token: []byte("\x00admin\x00guest\x00pw")})
-	if op := c.recv().Header.OpCode; op != primitive.OpCodeAuthSuccess {
-		t.Fatalf("the node refused guest's login: %v", op)
-	}
-	before := metricValue(t, p.clientMetrics.requests.WithLabelValues("admins"))
-	c.send(2, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 2", Options: readOne})
-	c.recv()
-	if metricValue(t, p.clientMetrics.requests.WithLabelValues("admins")) > before {
-		t.Errorf("a connection the node logged in as guest is of class admins")
+			p, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+			c := dialRaw(t, addr, 4)
+			c.send(0, &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}})
+			if op := c.recv().Header.OpCode; op != primitive.OpCodeAuthenticate {
+				t.Fatalf("STARTUP answered %v", op)
+			}
+			c.send(1, &message.AuthResponse{Token: []byte(tc.token)})
+			if op := c.recv().Header.OpCode; op != primitive.OpCodeAuthSuccess {
+				t.Fatalf("the node refused the login: %v", op)
+			}
+			admins := p.clientMetrics.requests.WithLabelValues("admins")
+			before := metricValue(t, admins)
+			c.send(2, &message.Query{Query: "SELECT * FROM ks.kv WHERE k = 2", Options: readOne})
+			c.recv()
+			if metricValue(t, admins) > before {
+				t.Errorf("a connection the node did not log in as admin is of class admins")
+			}
+		})
 	}
 }
 
