@@ -34,6 +34,12 @@ func StartupOption(body []byte, key string) (value []byte, ok bool, err error) {
 	return value, ok, nil
 }
 
+// EachStartupOption calls fn with each option of the STARTUP body, in the
+// order the driver sent them, once the body is known to hold them all.
+func EachStartupOption(body []byte, fn func(key, value []byte)) error {
+	return eachStringMap(body, func(k, v []byte, _, _ int) { fn(k, v) })
+}
+
 // AppendStartupWithout appends the STARTUP frame f (uncompressed, as
 // STARTUP always is) without option key.
 func AppendStartupWithout(dst, f []byte, key string) ([]byte, error) {

@@ -6,7 +6,7 @@ import "testing"
 // fuzzer often makes two reads equal but for one thing: bits 0-6 of p[0]
 // are version, flags, opcode, compression, principal, table and token; bit
 // 7 makes an empty keyspace nil rather than empty; p[1] % 4 is the
-// keyspace's length, taken from the rest; bit 0 of p[2] is extensions, the
+// keyspace's length, taken from the rest; bit 0 of p[2] is options, the
 // body being what is left.
 func fuzzRead(p []byte) *Read {
 	var hdr [3]byte
@@ -15,7 +15,7 @@ func fuzzRead(p []byte) *Read {
 	bit := func(i uint) uint8 { return hdr[0] >> i & 1 }
 	k := min(int(hdr[1]%4), len(p))
 	r := &Read{
-		Version: bit(0) + 3, Flags: bit(1), Opcode: bit(2), Compression: bit(3), Extensions: hdr[2] & 1,
+		Version: bit(0) + 3, Flags: bit(1), Opcode: bit(2), Compression: bit(3), Options: uint64(hdr[2] & 1),
 		Principal: uint64(bit(4)), Table: uint32(bit(5)), Token: int64(bit(6)) - 1,
 		Keyspace: p[:k], Body: p[k:],
 	}
@@ -28,15 +28,15 @@ func fuzzRead(p []byte) *Read {
 // readKey is a read as a comparable value, the test's own notion of two
 // reads being the same, in which nil and empty are both "".
 type readKey struct {
-	version, flags, opcode, compression, extensions uint8
-	principal                                       uint64
-	keyspace, body                                  string
-	table                                           uint32
-	token                                           int64
+	version, flags, opcode, compression uint8
+	options, principal                  uint64
+	keyspace, body                      string
+	table                               uint32
+	token                               int64
 }
 
 func keyOf(r *Read) readKey {
-	return readKey{r.Version, r.Flags, r.Opcode, r.Compression, r.Extensions, r.Principal,
+	return readKey{r.Version, r.Flags, r.Opcode, r.Compression, r.Options, r.Principal,
 		string(r.Keyspace), string(r.Body), r.Table, r.Token}
 }
 

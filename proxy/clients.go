@@ -226,9 +226,12 @@ func (s *session) learnStartup(body []byte) {
 }
 
 // learnUser notes the user a SASL PLAIN AUTH_RESPONSE names, which takes
-// effect once the upstream accepts the login: its token is an
+// effect once the upstream accepts the login. Its token is an
 // authorization identity, the user and the password, each ended by a zero
-// byte but the last. Other mechanisms name no user the proxy can read.
+// byte but the last; the user is read as the nodes read it, from the end:
+// the field between the last two zero bytes, whatever comes before them
+// (Cassandra refuses a token with more than two, ScyllaDB takes the last
+// two fields). Other mechanisms name no user the proxy can read.
 func (s *session) learnUser(body []byte) {
 	if len(body) < 4 {
 		return
@@ -239,16 +242,15 @@ func (s *session) learnUser(body []byte) {
 		return
 	}
 	token = token[:n]
-	first := bytes.IndexByte(token, 0)
-	if first < 0 {
+	last := bytes.LastIndexByte(token, 0)
+	if last < 0 {
 		return
 	}
-	rest := token[first+1:]
-	second := bytes.IndexByte(rest, 0)
-	if second < 0 {
+	before := bytes.LastIndexByte(token[:last], 0)
+	if before < 0 {
 		return
 	}
-	s.pending.user, s.pending.hasUser = string(rest[:second]), true
+	s.pending.user, s.pending.hasUser = string(token[before+1:last]), true
 }
 
 // addrOf returns the IP of a connection's remote address.
@@ -359,7 +361,11 @@ func (c *clientClass) overBudget(now int64, dryRun bool) bool {
 // budget: Config_error, which no driver retries (test/drivers), naming the
 // class and the setting.
 func (s *session) budgetRefusal(h frame.Header, c *clientClass) action {
-	return s.refusal(h, frame.ErrCodeConfig, fmt.Sprintf(
-		"cqlguard: client class %s is over its budget of %g request units per second (clients: max_units_per_second); retry later",
-		c.name, c.perSecond))
+	return s.refusal(h, frame.ErrCodeConfig, c.overBudgetMessage())
+}
+
+// overBudgetMessage is the message of a refusal for c's budget.
+func (c *clientClass) overBudgetMessage() string {
+	return fmt.Sprintf("cqlguard: client class %s is over its budget of %g request units per second (clients: max_units_per_second); retry later",
+		c.name, c.perSecond)
 }

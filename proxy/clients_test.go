@@ -68,6 +68,8 @@ func TestLearnUser(t *testing.T) {
 	}{
 		{token("\x00alice\x00secret"), "alice"},
 		{token("admin\x00bob\x00secret"), "bob"},
+		// Read from the end, as the nodes read it.
+		{token("\x00admin\x00guest\x00pw"), "guest"},
 		{token("no zero bytes"), ""},
 		{token("\x00only one"), ""},
 		{[]byte{0, 0, 0, 99, 0}, ""}, // length past the body

@@ -94,6 +94,49 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 	return refused, !l.dryRun
 }
 
+// decideHandedOn decides, as decide would have, the hot read e of the
+// partition at token, which waited on an identical read and is forwarded
+// on its own connection after all (reissue): it reaches the upstream, so
+// it counts against its partition's limit and budget in request units like
+// any read, and is refused when over them. It runs on whichever goroutine
+// hands the read on, under s.mu, and so touches only e of the session.
+func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection, bool) {
+	t := e.joinedTable
+	l, lim, fl := s.p.limits.Load(), s.p.limiter.Load(), s.p.fleet.Load()
+	if t == nil || l == nil || lim == nil {
+		return rejection{}, false
+	}
+	at := s.p.epochUnix + now
+	limit, units := l.forOp(t, OpRead)
+	label := labelOf(t, OpRead)
+	rejected := false
+	if u := s.p.units.Load(); units > 0 && u != nil {
+		e.charges[0] = unitCharge{token: token, label: label, budget: float32(units)}
+		e.nCharges = 1
+		rejected = !u.Allow(at, token, label, float64(units))
+	}
+	if limit > 0 {
+		ok := true
+		if fl != nil {
+			ok = fl.Admit(at, token, label, limit)
+			limit = fl.LocalLimit(limit)
+		}
+		if ok {
+			ok = lim.AllowAt(at, token, label, limit) != ratelimit.Reject
+		}
+		rejected = rejected || !ok
+	}
+	if !rejected {
+		return rejection{}, false
+	}
+	outcome := "rejected"
+	if l.dryRun {
+		outcome = "dry_run"
+	}
+	s.p.metrics.rejections.WithLabelValues(t.Keyspace, t.Name, OpRead.String(), outcome).Inc()
+	return rejection{table: t, op: OpRead}, !l.dryRun
+}
+
 // tableLimits is what decide needs of a table for one operation: its
 // limiter label, and its limits under one configuration.
 type tableLimits struct {

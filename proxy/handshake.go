@@ -17,6 +17,10 @@ package proxy
 // behind one waits a round trip, alone.
 
 import (
+	"hash/maphash"
+	"maps"
+	"slices"
+
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -34,6 +38,7 @@ const (
 type handshake struct {
 	comp            frame.Compression
 	optIn           bool
+	options         uint64 // optionsDigest of the STARTUP
 	app, id, driver string
 	// principal folds the credentials of the login so far; user is the
 	// SASL PLAIN user it names, if hasUser.
@@ -102,7 +107,7 @@ func (s *session) settled(h frame.Header, req *request, v verdict) {
 			return
 		}
 		s.started = true
-		s.reqCompression, s.rateLimitOptIn = p.comp, p.optIn
+		s.reqCompression, s.rateLimitOptIn, s.options = p.comp, p.optIn, p.options
 		s.identity.app, s.identity.id, s.identity.driver = p.app, p.id, p.driver
 		s.identityChanged = true
 		if h.Version >= 5 {
@@ -124,4 +129,35 @@ func (s *session) settled(h frame.Header, req *request, v verdict) {
 			p.principal, p.user, p.hasUser = s.principal, "", false
 		}
 	}
+}
+
+// optionsDigest returns a digest of the STARTUP options in body that can
+// change the answers the connection gets, 0 when there are none: all but
+// the ones that only name the client (classes match on them) and
+// COMPRESSION (hot reads key on it apart). Two connections whose STARTUPs
+// differ in one of them (THROW_ON_OVERLOAD, ScyllaDB's rate-limit error,
+// an option cqlguard does not know) never share a hot read's answer. The
+// options are taken as a map, the last value of a key repeated, in any
+// order. Once per connection: it allocates.
+func (p *Proxy) optionsDigest(body []byte) uint64 {
+	opts := map[string]string{}
+	frame.EachStartupOption(body, func(k, v []byte) {
+		switch string(k) {
+		case "APPLICATION_NAME", "APPLICATION_VERSION", "CLIENT_ID", "DRIVER_NAME", "DRIVER_VERSION", "COMPRESSION":
+			return
+		}
+		opts[string(k)] = string(v)
+	})
+	if len(opts) == 0 {
+		return 0
+	}
+	var h maphash.Hash
+	h.SetSeed(p.principalSeed)
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		h.WriteString(k)
+		h.WriteByte(0)
+		h.WriteString(opts[k])
+		h.WriteByte(0)
+	}
+	return h.Sum64() | 1
 }

@@ -21,7 +21,8 @@ package proxy
 //     connection ended first, is forwarded on its own connection.
 //
 // Reads are identical only if everything that shapes their answer is:
-// among it the connection's protocol version, compression, login and its
+// among it the connection's protocol version, compression, login and the
+// STARTUP options that can change answers (optionsDigest), such as its
 // rate-limit error opt-in.
 //
 // Writes invalidate by generation (hotread.Generations): the answer to a
@@ -78,11 +79,6 @@ type waiter struct {
 	stream int16
 	seq    uint32
 }
-
-// extRateLimitError is the bit of hotread.Read's Extensions for a
-// connection that opted in to ScyllaDB's rate-limit error, which the node
-// may answer it with where it answers others Config_error.
-const extRateLimitError = 1 << 0
 
 // maxHotRequest is the largest request body served as a hot read: a
 // point read's is tens of bytes, and a connection keeps a copy of one.
@@ -267,14 +263,10 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		clear(s.hotBody[at : at+8])
 		body = s.hotBody
 	}
-	var ext uint8
-	if s.rateLimitOptIn {
-		ext |= extRateLimitError
-	}
 	r := &s.hotRead
 	*r = hotread.Read{
 		Version: h.Version, Flags: h.Flags &^ frame.FlagCompression, Opcode: uint8(h.Opcode),
-		Compression: uint8(s.reqCompression), Extensions: ext, Principal: s.principal,
+		Compression: uint8(s.reqCompression), Options: s.options, Principal: s.principal,
 		Keyspace: s.class.keyspace, Body: body,
 		Table: uint32(label), Token: p.Token,
 	}
@@ -314,7 +306,10 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		}
 		// Recorded under s.mu, which the flight's landing takes to answer
 		// it: the answer cannot come before the stream is in the table.
-		s.streams.begin(h.Stream, request{start: now, version: h.Version, joined: fl, seq: s.joinSeq})
+		// With what it would be charged and decided by if it is
+		// forwarded after all (reissue).
+		s.streams.begin(h.Stream, request{start: now, version: h.Version, joined: fl, seq: s.joinSeq,
+			joinedTable: p.Table, client: req.client, size: req.size, price: req.price})
 		s.joined.Add(1)
 		s.mu.Unlock()
 		t.coalesced.Inc()
@@ -415,6 +410,11 @@ func (s *session) clientStall(waiting bool) {
 		return
 	}
 	s.stalls++
+	if s.halted {
+		// Closing: what it led was released as it ended.
+		s.mu.Unlock()
+		return
+	}
 	s.streams.update(func(r *request) {
 		if r.flight != nil {
 			led = append(led, r.flight)
@@ -462,32 +462,72 @@ func (s *session) deliver(w waiter, f []byte, read *hotread.Read, kick bool) {
 }
 
 // reissue forwards w, a read of s that waited on an identical one (r), on
-// s's own upstream connection. r is valid while w waits: the flight is
+// s's own upstream connection, or answers it with a refusal if its
+// partition is now over its limit. r is valid while w waits: the flight is
 // released only after each of its waiters was answered or reissued.
 func (s *session) reissue(w waiter, r *hotread.Read) {
 	s.mu.Lock()
-	f := s.reissueLocked(w.stream, w.seq, r)
+	f, refused := s.reissueLocked(w.stream, w.seq, r)
 	s.mu.Unlock()
-	if f != nil {
-		s.toUpstream.Offer(f, w.stream, true)
+	s.handOn(f, w.stream, refused)
+}
+
+// handOn sends what reissueLocked made of the read waiting on stream: the
+// request upstream, or the refusal to the client, neither waiting for room.
+func (s *session) handOn(f []byte, stream int16, refused bool) {
+	switch {
+	case f == nil:
+	case refused:
+		s.p.inflight.give(1)
+		s.p.metrics.frame(dirResponse, frame.OpError, len(f))
+		s.toClient.Offer(f, stream, true)
+		s.mu.Lock()
+		idle := s.draining && s.streams.inflight == 0
+		s.mu.Unlock()
+		if idle {
+			// Draining, and this was the last request (see deliver).
+			s.upstream.Close()
+		}
+	default:
+		s.toUpstream.Offer(f, stream, true)
 	}
 }
 
 // reissueLocked returns the frame that forwards the read waiting on
-// stream, or nil if it is no longer waiting. s.mu is held.
-func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) []byte {
+// stream, or nil if it is no longer waiting. Forwarded, it reaches the
+// upstream like any read: it is decided by its partition's limits and
+// charged to its class (decideHandedOn), and if refused, ended here and
+// the refusal returned instead, with refused set. s.mu is held.
+func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) (f []byte, refused bool) {
 	e := s.streams.lookup(stream)
 	if s.halted || e == nil || e.joined == nil || e.seq != seq {
-		return nil
+		return nil, false
 	}
 	e.joined = nil
 	s.joined.Add(-1)
-	e.start = s.now()
+	now := s.now()
+	e.start = now
+	// Its class was admitted when it joined, for nothing: now it costs.
+	if c := e.client; c != nil && c.overBudget(now, s.p.limits.Load().dryRun) {
+		f = frame.AppendError(nil, r.Version, stream, frame.ErrCodeConfig, c.overBudgetMessage())
+		s.streams.end(stream)
+		s.wakeRequests()
+		return f, true
+	}
+	if rej, refuse := s.decideHandedOn(e, r.Token, now); refuse {
+		f = frame.AppendRateLimited(nil, r.Version, stream, s.rateLimitOptIn, false, rej.table.Keyspace, rej.table.Name)
+		s.streams.end(stream)
+		s.wakeRequests()
+		return f, true
+	}
+	if e.client != nil || e.nCharges > 0 {
+		s.chargeSent(e, now)
+	}
 	s.p.hotReads.reissued.Inc()
 	// The body is kept decompressed, and sent so: a frame without the
 	// compression flag is taken on a compressed connection.
-	f := frame.AppendHeader(nil, frame.Header{Version: r.Version, Flags: r.Flags, Stream: stream, Opcode: frame.Opcode(r.Opcode), Length: len(r.Body)})
-	return append(f, r.Body...)
+	f = frame.AppendHeader(nil, frame.Header{Version: r.Version, Flags: r.Flags, Stream: stream, Opcode: frame.Opcode(r.Opcode), Length: len(r.Body)})
+	return append(f, r.Body...), false
 }
 
 // expireWaits forwards, every half of max_wait, the reads that waited on
@@ -522,23 +562,28 @@ func (p *Proxy) expireWaits(stop <-chan struct{}) {
 // expireWaits forwards s's reads that waited on an identical one longer
 // than wait.
 func (s *session) expireWaits(wait int64) {
-	type out struct {
+	type late struct {
 		stream int16
+		seq    uint32
+		read   *hotread.Read
 		f      []byte
+		refuse bool
 	}
-	var sent []out
+	var out []late
 	now := s.now()
 	s.mu.Lock()
 	s.streams.each(func(id int16, r request) {
 		if r.joined != nil && now-r.start > wait {
-			if f := s.reissueLocked(id, r.seq, r.joined.Read()); f != nil {
-				sent = append(sent, out{id, f})
-			}
+			out = append(out, late{stream: id, seq: r.seq, read: r.joined.Read()})
 		}
 	})
+	// Not while walking the table: a refused read leaves it.
+	for i := range out {
+		out[i].f, out[i].refuse = s.reissueLocked(out[i].stream, out[i].seq, out[i].read)
+	}
 	s.mu.Unlock()
-	for _, o := range sent {
-		s.toUpstream.Offer(o.f, o.stream, true)
+	for _, o := range out {
+		s.handOn(o.f, o.stream, o.refuse)
 	}
 }
 

@@ -251,6 +251,7 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	}
 	_, optIn, _ := frame.StartupOption(f[frame.HeaderSize:], rateLimitKey)
 	s.pending.comp, s.pending.optIn = comp, optIn
+	s.pending.options = s.p.optionsDigest(f[frame.HeaderSize:])
 	s.learnStartup(f[frame.HeaderSize:])
 	s.mu.Lock()
 	s.pendingComp = comp

@@ -105,11 +105,14 @@ type session struct {
 	// handled; joinSeq numbers the reads that joined another. Request path
 	// only. joined counts this connection's reads waiting on another's.
 	principal uint64
-	hotRead   hotread.Read
-	hotBody   []byte    // hotRead's body, when it differs from the request's
-	leading   *hotTable // the table of the flight the request being handled leads
-	joinSeq   uint32
-	joined    atomic.Int32
+	// options is the digest of the STARTUP options that can change
+	// answers (optionsDigest). Request path only.
+	options uint64
+	hotRead hotread.Read
+	hotBody []byte    // hotRead's body, when it differs from the request's
+	leading *hotTable // the table of the flight the request being handled leads
+	joinSeq uint32
+	joined  atomic.Int32
 	// stalls counts the writes to the client waiting for room
 	// (clientStall). Guarded by mu.
 	stalls int
@@ -440,12 +443,14 @@ func (s *session) abandonInFlight() {
 	var ended, priced []request
 	s.mu.Lock()
 	n := s.streams.inflight
-	s.streams.each(func(_ int16, r request) {
+	s.streams.update(func(r *request) {
 		if r.wrote.kind != wroteNone || r.flight != nil {
-			ended = append(ended, r)
+			ended = append(ended, *r)
+			// Its flight is released below: nothing else may land it.
+			r.flight = nil
 		}
 		if r.client != nil || r.nCharges > 0 {
-			priced = append(priced, r)
+			priced = append(priced, *r)
 		}
 	})
 	s.mu.Unlock()

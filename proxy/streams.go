@@ -5,6 +5,7 @@ import (
 
 	"github.com/cqlguard/cqlguard/hotread"
 	"github.com/cqlguard/cqlguard/ratelimit"
+	"github.com/cqlguard/cqlguard/schema"
 )
 
 // reply says what the response to a request needs besides forwarding.
@@ -42,9 +43,12 @@ type request struct {
 	gen    hotread.Gen
 	ttl    int64
 	// joined is the hot read in flight this request waits on, not
-	// forwarded; seq tells it from a later request on its stream.
-	joined *hotread.Flight[waiter]
-	seq    uint32
+	// forwarded; seq tells it from a later request on its stream, and
+	// joinedTable is its table, to decide it if it is forwarded after all
+	// (decideHandedOn).
+	joined      *hotread.Flight[waiter]
+	seq         uint32
+	joinedTable *schema.Table
 	// client is the class the request is charged to once answered (nil:
 	// none), and size its frame's bytes, part of its price.
 	client *clientClass
