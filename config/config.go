@@ -237,6 +237,22 @@ func (c SchemaConfig) Password() (string, error) {
 	return "", nil
 }
 
+// defaultAdmin is the admin section's default. It serves a few probes,
+// scrapers and people: 64 connections are plenty for them and a small
+// share of any descriptor limit. The write timeout leaves room for a CPU
+// profile of pprof's default 30 s.
+func defaultAdmin() AdminConfig {
+	return AdminConfig{
+		Listen:           "127.0.0.1:9180",
+		HotPartitions:    100,
+		ReadyNeedsSchema: true,
+		MaxConnections:   64,
+		ReadTimeout:      Duration(10 * time.Second),
+		WriteTimeout:     Duration(time.Minute),
+		IdleTimeout:      Duration(time.Minute),
+	}
+}
+
 // maxHotPartitions bounds admin.hot_partitions: /hot is for people, and
 // the proxy takes the sketch's lock on every request.
 const maxHotPartitions = 10000
@@ -266,6 +282,23 @@ type AdminConfig struct {
 	// /debug/pprof/, behind the token like /hot: for finding where the
 	// proxy spends its time. Off by default.
 	Profiling bool `yaml:"profiling"`
+	// MaxConnections bounds the connections the admin listener holds
+	// open, so that connections to it cannot take the descriptors the
+	// CQL listener needs. At the bound a new connection takes the place of
+	// the one idle longest, which HTTP lets a server close at any time;
+	// when none is idle it waits until one closes, and those after it wait
+	// in the kernel's backlog, holding no descriptor.
+	MaxConnections int `yaml:"max_connections"`
+	// ReadTimeout bounds reading a request, headers included.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds a request from the end of its headers to the
+	// end of its answer, so that a client that reads nothing does not hold
+	// a connection; /debug/pprof/profile and /debug/pprof/trace take their
+	// seconds within it.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout is how long a keep-alive connection may wait for its
+	// next request before it is closed.
+	IdleTimeout Duration `yaml:"idle_timeout"`
 }
 
 // Token reads the bearer token /hot asks for from the file or the
@@ -337,7 +370,7 @@ func Default() Config {
 		FrameTimeout:             Duration(30 * time.Second),
 		DialTimeout:              Duration(5 * time.Second),
 		DrainTimeout:             Duration(30 * time.Second),
-		Admin:                    AdminConfig{Listen: "127.0.0.1:9180", HotPartitions: 100, ReadyNeedsSchema: true},
+		Admin:                    defaultAdmin(),
 		Coordination:             defaultCoordination(),
 		HotReads:                 defaultHotReads(),
 		Clients:                  defaultClients(),
@@ -432,6 +465,17 @@ func (c *Config) Validate() error {
 	}
 	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
 		ps.add(fmt.Errorf("%d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions), "admin", "hot_partitions")
+	}
+	if c.Admin.MaxConnections < 1 {
+		ps.add(fmt.Errorf("%d must be at least 1", c.Admin.MaxConnections), "admin", "max_connections")
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"read_timeout", c.Admin.ReadTimeout}, {"write_timeout", c.Admin.WriteTimeout}, {"idle_timeout", c.Admin.IdleTimeout}} {
+		if d.v <= 0 {
+			ps.add(fmt.Errorf("%s must be positive", time.Duration(d.v)), "admin", d.key)
+		}
 	}
 	c.TLS.validate(&ps)
 	c.UpstreamTLS.validate(&ps)

@@ -77,6 +77,23 @@ func TestLoad(t *testing.T) {
 				t.Errorf("got max_in_flight %d, max_buffered_bytes_total %d, upstream_timeout %v", c.MaxInFlight, c.MaxBufferedBytesTotal, time.Duration(c.UpstreamTimeout))
 			}
 		}},
+		{name: "admin bounds default", text: "", check: func(t *testing.T, c Config) {
+			a := c.Admin
+			if a.MaxConnections != 64 || time.Duration(a.ReadTimeout) != 10*time.Second || time.Duration(a.WriteTimeout) != time.Minute || time.Duration(a.IdleTimeout) != time.Minute {
+				t.Errorf("got admin %+v", a)
+			}
+		}},
+		{name: "admin bounds", text: "admin:\n  max_connections: 8\n  read_timeout: 2s\n  write_timeout: 3s\n  idle_timeout: 4s\n",
+			check: func(t *testing.T, c Config) {
+				a := c.Admin
+				if a.MaxConnections != 8 || time.Duration(a.ReadTimeout) != 2*time.Second || time.Duration(a.WriteTimeout) != 3*time.Second || time.Duration(a.IdleTimeout) != 4*time.Second {
+					t.Errorf("got admin %+v", a)
+				}
+			}},
+		{name: "admin without connections", text: "admin:\n  max_connections: 0\n", wantErr: "cqlguard.yaml:2: admin.max_connections: 0 must be at least 1"},
+		{name: "admin read timeout", text: "admin:\n  read_timeout: 0s\n", wantErr: "cqlguard.yaml:2: admin.read_timeout: 0s must be positive"},
+		{name: "admin write timeout", text: "admin:\n  write_timeout: -1s\n", wantErr: "cqlguard.yaml:2: admin.write_timeout: -1s must be positive"},
+		{name: "admin idle timeout", text: "admin:\n  listen: 127.0.0.1:0\n  idle_timeout: 0s\n", wantErr: "cqlguard.yaml:3: admin.idle_timeout: 0s must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

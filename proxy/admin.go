@@ -1,14 +1,20 @@
 package proxy
 
 import (
+	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
+	"log"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
 )
 
 // AdminHandler serves /metrics from g, /healthz (the process is up),
@@ -40,6 +46,64 @@ func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	return readOnly(mux)
+}
+
+// adminMaxHeaderBytes bounds a request's headers on the admin listener:
+// its requests are GETs with a token at most, and net/http's default of 1
+// MB per connection would be what a client could make each one hold.
+const adminMaxHeaderBytes = 64 << 10
+
+// AdminServer serves the admin listener: AdminHandler's paths, each
+// request within admin.read_timeout and admin.write_timeout, keep-alive
+// connections closed after admin.idle_timeout, and at most
+// admin.max_connections connections held open (see cappedListener).
+type AdminServer struct {
+	srv *http.Server
+	max int
+	m   *Metrics
+}
+
+// NewAdminServer returns the admin listener's server for p, serving the
+// metrics of g.
+func (p *Proxy) NewAdminServer(g prometheus.Gatherer) *AdminServer {
+	a := p.cfg.Admin
+	return &AdminServer{
+		max: a.MaxConnections,
+		m:   p.metrics,
+		srv: &http.Server{
+			Handler:           p.AdminHandler(g),
+			ReadHeaderTimeout: time.Duration(a.ReadTimeout),
+			ReadTimeout:       time.Duration(a.ReadTimeout),
+			WriteTimeout:      time.Duration(a.WriteTimeout),
+			IdleTimeout:       time.Duration(a.IdleTimeout),
+			MaxHeaderBytes:    adminMaxHeaderBytes,
+			ConnState:         trackCapped,
+			ErrorLog:          log.New(httpLog{p.log.With().Str("component", "admin").Logger()}, "", 0),
+		},
+	}
+}
+
+// Serve serves ln until ln fails or Shutdown is called, when it returns
+// nil.
+func (s *AdminServer) Serve(ln net.Listener) error {
+	if err := s.srv.Serve(newCappedListener(ln, s.max, s.m)); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting, closes idle connections and waits for the
+// requests being answered until ctx ends.
+func (s *AdminServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// httpLog writes what net/http says of the admin listener (an accept that
+// failed and is retried, a request it could not read) to the proxy's log,
+// at warn, instead of the standard logger's plain lines.
+type httpLog struct{ log zerolog.Logger }
+
+func (w httpLog) Write(b []byte) (int, error) {
+	w.log.Warn().Msg(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 // readOnly answers every method but GET and HEAD with 405: nothing on the

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,5 +150,73 @@ func TestMaxInFlightPerConnection(t *testing.T) {
 	}
 	if waits := testutil.ToFloat64(p.metrics.inFlightWaits); waits < 1 {
 		t.Errorf("the request path never waited: %v", waits)
+	}
+}
+
+// failingListener fails its first fails calls of Accept with err, as
+// accept4 does when the process, or the system, is out of descriptors or
+// memory, and notes when each call came.
+type failingListener struct {
+	net.Listener
+	err   error
+	fails int
+
+	mu    sync.Mutex
+	calls []time.Time
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	l.calls = append(l.calls, time.Now())
+	n := len(l.calls)
+	l.mu.Unlock()
+	if n <= l.fails {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", l.err)}
+	}
+	return l.Listener.Accept()
+}
+
+// When accept fails for want of descriptors or memory, or times out, the
+// client listener waits, longer each time, and goes on serving: it
+// neither spins nor stops.
+func TestServeBacksOffOnAcceptErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"process out of descriptors", syscall.EMFILE},
+		{"system out of descriptors", syscall.ENFILE},
+		{"no socket buffers", syscall.ENOBUFS},
+		{"no kernel memory", syscall.ENOMEM},
+		{"timeout", os.ErrDeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			const fails = 3
+			ln := &failingListener{Listener: inner, err: tt.err, fails: fails}
+			startProxyOn(t, ln, func(c *config.Config) { c.Upstreams = []string{node.Addr()} })
+
+			c := rawConn(t, inner.Addr().String())
+			c.Write(frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 1, Opcode: frame.OpOptions}))
+			if _, h, err := frame.NewReader(bufio.NewReader(c), 1<<20).Next(); err != nil || h.Opcode != frame.OpSupported {
+				t.Fatalf("OPTIONS after %d failed accepts: %v %v", fails, h, err)
+			}
+			ln.mu.Lock()
+			defer ln.mu.Unlock()
+			if len(ln.calls) < fails+1 {
+				t.Fatalf("%d calls of Accept", len(ln.calls))
+			}
+			// 5, 10 and 20 ms between the failures and the next call.
+			if waited := ln.calls[fails].Sub(ln.calls[0]); waited < 35*time.Millisecond {
+				t.Errorf("%d failed accepts retried within %v: no back-off", fails, waited)
+			}
+		})
 	}
 }

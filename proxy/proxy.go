@@ -19,6 +19,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -287,8 +288,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			if draining {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+			if acceptRetryable(err) {
 				// Out of file descriptors or a transient failure: wait rather
 				// than spin, as net/http does.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
@@ -311,6 +311,17 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		p.mu.Unlock()
 		go p.handle(c)
 	}
+}
+
+// acceptRetryable reports whether accept failed for want of a resource
+// that connections ending give back (descriptors of the process or of the
+// system, socket buffers, kernel memory) or for a timeout: the listener
+// itself is fine, and serving goes on once the failure passes.
+func acceptRetryable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 // Shutdown stops accepting, waits for in-flight requests to be answered

@@ -8,14 +8,10 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
 )
-
-// errTooManyFiles is accept's error when the process is out of descriptors.
-var errTooManyFiles = syscall.EMFILE
 
 // upstreamConn is a fresh connection to an upstream node.
 type upstreamConn struct {

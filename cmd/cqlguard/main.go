@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -273,14 +272,18 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("listening for clients: %w", err)
 	}
-	var adminSrv *http.Server
+	var adminSrv *proxy.AdminServer
 	if cfg.Admin.Listen != "" {
 		aln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			return fmt.Errorf("listening for admin: %w", err)
 		}
-		adminSrv = &http.Server{Handler: p.AdminHandler(reg), ReadHeaderTimeout: 10 * time.Second}
-		go adminSrv.Serve(aln)
+		adminSrv = p.NewAdminServer(reg)
+		go func() {
+			if err := adminSrv.Serve(aln); err != nil {
+				log.Error().Err(err).Msg("admin listener stopped")
+			}
+		}()
 	}
 	log.Info().Str("listen", cfg.Listen).Str("advertise", cfg.AdvertiseAddr()).Str("mode", cfg.Mode).
 		Strs("upstreams", cfg.Upstreams).Str("admin", cfg.Admin.Listen).Msg("cqlguard serving")
