@@ -101,8 +101,9 @@ type Config struct {
 	// node, an answer to another request or an event, counts as a sign of
 	// life. 0 means wait for ever.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
-	// MaxConnections bounds the client connections served at once; past it
-	// a new connection's first request is answered with an error and the
+	// MaxConnections bounds the client connections served at once, each
+	// counted from its accept, its TLS handshake included; past it a new
+	// connection's first request is answered with an error and the
 	// connection closed. 0 means no bound.
 	MaxConnections int `yaml:"max_connections"`
 	// FrameTimeout bounds how long a client may take to send the rest of a

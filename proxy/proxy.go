@@ -100,6 +100,10 @@ type Proxy struct {
 	reload       reloader
 	// health is the upstreams' health as /readyz reports it (health.go).
 	health *upstreamHealth
+	// refuseTimeout bounds the answer to a connection that is refused
+	// (refuse): reading its first frame, after its TLS handshake, and
+	// writing the error. Tests shorten it.
+	refuseTimeout time.Duration
 
 	mu        sync.Mutex
 	sessions  map[*session]struct{}
@@ -147,6 +151,8 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		stopBg:   func() {},
 		inflight: newBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
 		health:   newUpstreamHealth(),
+
+		refuseTimeout: refuseTimeout,
 	}
 	p.prepared.maxBytes = int(cfg.MaxPreparedBytes)
 	p.requestFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
@@ -367,6 +373,19 @@ func (p *Proxy) handle(client net.Conn) {
 	id := p.lastID
 	p.mu.Unlock()
 	log := p.log.With().Uint64("conn", id).Str("client", client.RemoteAddr().String()).Logger()
+	// A connection counts from its accept, before its TLS handshake: one
+	// that never finishes it holds a descriptor and a goroutine all the
+	// same, for up to frame_timeout.
+	if n := p.conns.Add(1); p.cfg.MaxConnections > 0 && n > int64(p.cfg.MaxConnections) {
+		p.conns.Add(-1)
+		p.metrics.protocolErrors.WithLabelValues("too_many_connections").Inc()
+		log.Warn().Int("max_connections", p.cfg.MaxConnections).Msg("connection refused: too many client connections")
+		// The handshake, with TLS on, is part of the refusal and within
+		// its deadline.
+		p.refuse(p.serverTLS(client), fmt.Sprintf("cqlguard: too many client connections (max_connections %d)", p.cfg.MaxConnections))
+		return
+	}
+	defer p.conns.Add(-1)
 	secured, err := p.acceptTLS(client, time.Duration(p.cfg.FrameTimeout))
 	if err != nil {
 		client.Close()
@@ -375,14 +394,6 @@ func (p *Proxy) handle(client net.Conn) {
 		return
 	}
 	client = secured
-	if n := p.conns.Add(1); p.cfg.MaxConnections > 0 && n > int64(p.cfg.MaxConnections) {
-		p.conns.Add(-1)
-		p.metrics.protocolErrors.WithLabelValues("too_many_connections").Inc()
-		log.Warn().Int("max_connections", p.cfg.MaxConnections).Msg("connection refused: too many client connections")
-		p.refuse(client, fmt.Sprintf("cqlguard: too many client connections (max_connections %d)", p.cfg.MaxConnections))
-		return
-	}
-	defer p.conns.Add(-1)
 
 	upstream, addr, err := p.dialUpstream()
 	if err != nil {

@@ -64,17 +64,25 @@ func (p *Proxy) loadUpstreamTLS(cfg config.UpstreamTLSConfig) error {
 // within timeout, so that a client that never finishes it does not hold a
 // connection.
 func (p *Proxy) acceptTLS(client net.Conn, timeout time.Duration) (net.Conn, error) {
-	conf := p.tls.Load()
-	if conf == nil {
+	c, ok := p.serverTLS(client).(*tls.Conn)
+	if !ok {
 		return client, nil
 	}
-	c := tls.Server(&stallConn{Conn: client, out: newSockWriter(client)}, conf)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := c.HandshakeContext(ctx); err != nil {
 		return nil, fmt.Errorf("tls handshake: %w", err)
 	}
 	return c, nil
+}
+
+// serverTLS wraps client in TLS when it is on, leaving the handshake to
+// its first read or write; with TLS off it returns client.
+func (p *Proxy) serverTLS(client net.Conn) net.Conn {
+	if conf := p.tls.Load(); conf != nil {
+		return tls.Server(&stallConn{Conn: client, out: newSockWriter(client)}, conf)
+	}
+	return client
 }
 
 // stallConn is the socket under a client's TLS connection, written as a

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -16,6 +17,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
@@ -193,5 +197,87 @@ func TestUpstreamTLS(t *testing.T) {
 	h, body := ask(distrusting)
 	if code, msg := errorOf(t, h, body); code != frame.ErrCodeServer || !strings.Contains(msg, "certificate") {
 		t.Errorf("through a proxy that does not trust it: %#x %q", code, msg)
+	}
+}
+
+// With TLS on, a connection counts against max_connections from its
+// accept: connections that never send a ClientHello fill the bound, those
+// past it are refused as any connection over it is (closed when they send
+// nothing, a TLS client told the setting), and a TLS client is served once
+// one of them leaves.
+func TestTLSHandshakeCountsAgainstMaxConnections(t *testing.T) {
+	t.Parallel()
+	const max, extra = 2, 3
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	cfgTLS := config.TLSConfig{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server.key")}
+	cert, key := ca.issue(t, "cqlguard", 2)
+	writeFile(t, cfgTLS.CertFile, cert)
+	writeFile(t, cfgTLS.KeyFile, key)
+	cfg := config.Default()
+	cfg.Admin.Listen, cfg.Listen, cfg.Upstreams = "", "127.0.0.1:0", []string{node.Addr()}
+	cfg.TLS, cfg.MaxConnections = cfgTLS, max
+	// Long enough that the silent connections under the bound stay for
+	// the whole test; the refusals' deadline is short instead.
+	cfg.FrameTimeout = config.Duration(time.Minute)
+	p, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}),
+		func(p *Proxy) { p.refuseTimeout = 200 * time.Millisecond })
+	refused := func() float64 {
+		return testutil.ToFloat64(p.metrics.protocolErrors.WithLabelValues("too_many_connections"))
+	}
+	waitConns := func(want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); p.conns.Load() != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d client connections counted, want %d", p.conns.Load(), want)
+			}
+		}
+	}
+
+	silent := make([]net.Conn, max)
+	for i := range silent {
+		silent[i] = rawConn(t, addr)
+	}
+	waitConns(max)
+	for i := range extra {
+		c := rawConn(t, addr)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if b, err := io.ReadAll(c); err != nil || len(b) != 0 {
+			t.Errorf("connection %d past the bound: read % x, %v; want it closed", i, b, err)
+		}
+	}
+	if got := refused(); got != extra {
+		t.Errorf("%v connections refused, want %d", got, extra)
+	}
+
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	options := func() (frame.Header, []byte, error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+		if err != nil {
+			return frame.Header{}, nil, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write(frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 1, Opcode: frame.OpOptions}))
+		f, h, err := frame.NewReader(bufio.NewReader(c), 1<<20).Next()
+		if err != nil {
+			return h, nil, err
+		}
+		return h, f[frame.HeaderSize:], nil
+	}
+	h, body, err := options()
+	if err != nil {
+		t.Fatalf("TLS client at the bound: %v", err)
+	}
+	if code, msg := errorOf(t, h, body); code != frame.ErrCodeServer || !strings.Contains(msg, "max_connections 2") {
+		t.Errorf("TLS client at the bound: %#x %q", code, msg)
+	}
+
+	silent[0].Close()
+	waitConns(max - 1)
+	if h, _, err := options(); err != nil || h.Opcode != frame.OpSupported {
+		t.Errorf("TLS client once a silent connection left: %v, %v", h, err)
 	}
 }

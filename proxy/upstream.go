@@ -60,11 +60,18 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 	return u, nil
 }
 
+// refuseTimeout is how long a refused connection is given to send its
+// first frame and read the answer: a driver sends one as soon as it is
+// connected.
+const refuseTimeout = 5 * time.Second
+
 // refuse answers a client's first frame with a server error and closes the
-// connection, for when no upstream node can serve it.
+// connection, for when no upstream node can serve it or there are too
+// many connections. A TLS connection whose handshake is not done yet does
+// it within the same deadline.
 func (p *Proxy) refuse(c net.Conn, msg string) {
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.SetDeadline(time.Now().Add(p.refuseTimeout))
 	_, h, err := frame.NewReader(bufio.NewReader(c), int(p.cfg.MaxFrameBytes)).Next()
 	var tooLarge *frame.TooLargeError
 	if err != nil && !errors.As(err, &tooLarge) {
