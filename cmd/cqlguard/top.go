@@ -26,6 +26,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
@@ -165,10 +166,13 @@ func topOnce(ctx context.Context, o topOptions, c *adminClient, stdout io.Writer
 	if _, err := io.WriteString(stdout, renderTop(v)+"\n"); err != nil {
 		return err
 	}
-	if v.Scrape.metricsErr != nil {
-		return v.Scrape.metricsErr
+	// The error is printed too; it may quote what the listener sent.
+	for _, err := range []error{v.Scrape.metricsErr, v.Scrape.hotErr} {
+		if err != nil {
+			return errors.New(printable(err.Error()))
+		}
 	}
-	return v.Scrape.hotErr
+	return nil
 }
 
 // ANSI sequences for the full-screen view.
@@ -434,7 +438,7 @@ func parseMetrics(r io.Reader) (*metricsSample, error) {
 	for _, metric := range families[metricRejections].GetMetric() {
 		var k rejectionKey
 		for _, l := range metric.GetLabel() {
-			v := printable(l.GetValue())
+			v := l.GetValue()
 			switch l.GetName() {
 			case "keyspace":
 				k.keyspace = v
@@ -556,7 +560,7 @@ func renderTop(v topView) string {
 	// One error for both when the listener did not answer at all.
 	shared := s.metricsErr != nil && s.hotErr != nil && s.metricsErr.Error() == s.hotErr.Error()
 	if s.metricsErr != nil {
-		msg := "error: " + s.metricsErr.Error()
+		msg := "error: " + printable(s.metricsErr.Error())
 		if v.Retrying {
 			msg += " (retrying)"
 		}
@@ -578,7 +582,7 @@ func renderTop(v topView) string {
 	case shared:
 		lines = append(lines, "Hot partitions: -")
 	case s.hotErr != nil:
-		lines = append(lines, "Hot partitions: "+s.hotErr.Error())
+		lines = append(lines, "Hot partitions: "+printable(s.hotErr.Error()))
 	case s.at.IsZero():
 		lines = append(lines, "Hot partitions: reading "+v.Admin+" ...")
 	case len(hotRows) == 0:
@@ -680,7 +684,7 @@ func refusalTable(m *metricsSample, r *rates) (string, []string) {
 		if x.perSecond >= 0 {
 			rate = formatRate(x.perSecond)
 		}
-		rows = append(rows, []string{x.keyspace + "." + x.table, x.op, x.outcome, rate, strconv.FormatFloat(x.total, 'f', -1, 64)})
+		rows = append(rows, []string{printable(x.keyspace + "." + x.table), printable(x.op), printable(x.outcome), rate, strconv.FormatFloat(x.total, 'f', -1, 64)})
 	}
 	return layout(cols, rows)
 }
@@ -755,13 +759,38 @@ func cut(s string, n int) string {
 	return string([]rune(s)[:n-1]) + "~"
 }
 
-// printable replaces control characters, which would drive the terminal,
-// in what the admin listener sends.
+// printable escapes what, in text from the admin listener, would drive the
+// terminal or hide or reorder the text around it: control characters
+// (C0, C1 and DEL), format characters such as the bidi controls (U+202A to
+// U+202E, U+2066 to U+2069) and zero-width spaces, line and paragraph
+// separators, surrogates, private-use and unassigned code points, and
+// bytes that are not UTF-8. Each is shown as in a Go string literal:
+// \x1b, \u202e, \U000e0001, a stray byte as \xff. Backslashes are left as
+// they are, so that escaping escaped text changes nothing.
 func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r >= 0x7f && r < 0xa0 {
-			return '?'
+	if !strings.ContainsFunc(s, hidden) && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case !hidden(r):
+			b.WriteString(s[i : i+n])
+		case r < utf8.RuneSelf:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
 		}
-		return r
-	}, s)
+		i += n
+	}
+	return b.String()
 }
+
+// hidden reports whether r is shown escaped: all but letters, marks,
+// numbers, punctuation, symbols and spaces.
+func hidden(r rune) bool { return !unicode.IsGraphic(r) }

@@ -141,8 +141,23 @@ shop.orders  write  dry_run    0.00     10`,
 		{
 			name:   "control characters from the listener are not sent to the terminal",
 			v:      topView{Admin: "a:1", Interval: time.Second, Scrape: scrape{at: topAt, hot: []proxy.HotPartition{{Keyspace: "k\x1b[2J", Table: "t\u009b", Op: "read"}}}},
-			has:    []string{"k?[2J.t?"},
+			has:    []string{`k\x1b[2J.t\u009b`},
 			hasNot: []string{"\x1b", "\u009b"},
+		},
+		{
+			name: "bidi controls from the listener are shown escaped",
+			v: topView{Admin: "a:1", Interval: time.Second, Scrape: scrape{at: topAt,
+				hot:     []proxy.HotPartition{{Keyspace: "shop", Table: "carts\u202egpj.exe", Op: "read", Token: 1, Key: "\u2066alice\u2069", Rate: 1, Limit: 1}},
+				metrics: &metricsSample{rejections: rejections(map[string]float64{"shop.\u202eorders read rejected": 1})}}},
+			has:    []string{`shop.carts\u202egpj.exe`, `\u2066alice\u2069`, `shop.\u202eorders`},
+			hasNot: []string{"\u202e", "\u2066", "\u2069"},
+		},
+		{
+			name: "errors quoting the listener are shown escaped",
+			v: topView{Admin: "a:1", Interval: time.Second, Scrape: scrape{at: topAt,
+				hotErr: errors.New("/hot: 500 Internal Server Error: \x1b]0;owned\a\u202e"), metricsErr: errors.New("/metrics: line 1: \u2067x")}},
+			has:    []string{`Hot partitions: /hot: 500 Internal Server Error: \x1b]0;owned\x07\u202e`, `error: /metrics: line 1: \u2067x`},
+			hasNot: []string{"\x1b", "\a", "\u202e", "\u2067"},
 		},
 	}
 	for _, tt := range tests {
@@ -170,6 +185,45 @@ shop.orders  write  dry_run    0.00     10`,
 				if tt.v.Width > 0 && utf8.RuneCountInString(l) > tt.v.Width {
 					t.Errorf("line %q is wider than %d", l, tt.v.Width)
 				}
+			}
+		})
+	}
+}
+
+// Text from the admin listener reaches the terminal with what would drive
+// it, or hide or reorder what is around it, escaped, and everything else
+// as it is.
+func TestPrintable(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain", "shop.carts", "shop.carts"},
+		{"letters of any script, marks and symbols", "café 東京 Ωmega ✓ שלום", "café 東京 Ωmega ✓ שלום"},
+		{"escape sequence", "\x1b[2J", `\x1b[2J`},
+		{"newline, tab, carriage return", "a\nb\tc\r", `a\x0ab\x09c\x0d`},
+		{"delete", "a\x7f", `a\x7f`},
+		{"C1 control (CSI)", "\u009b2J", `\u009b2J`},
+		{"right-to-left override", "txt\u202egpj.exe", `txt\u202egpj.exe`},
+		{"every bidi embedding and override", "\u202a\u202b\u202c\u202d\u202e", `\u202a\u202b\u202c\u202d\u202e`},
+		{"bidi isolates", "\u2066\u2067\u2068\u2069", `\u2066\u2067\u2068\u2069`},
+		{"bidi marks", "\u200e\u200f\u061c", `\u200e\u200f\u061c`},
+		{"zero-width space and joiner, byte order mark", "a\u200bb\u200dc\ufeff", `a\u200bb\u200dc\ufeff`},
+		{"line and paragraph separators", "a\u2028b\u2029", `a\u2028b\u2029`},
+		{"private use", "\ue000", `\ue000`},
+		{"tag characters", "\U000e0041", `\U000e0041`},
+		{"a byte that is not UTF-8", "a\xffb", `a\xffb`},
+		{"a backslash stays", `a\u202e`, `a\u202e`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := printable(tt.in)
+			if got != tt.want {
+				t.Errorf("printable(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			if again := printable(got); again != got {
+				t.Errorf("escaped twice: %q, want %q", again, got)
 			}
 		})
 	}
