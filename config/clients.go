@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -64,9 +65,16 @@ func (c ClientClass) Burst() float64 {
 // ClientMatch says which connections are of a class. Each list that is
 // set must hold a connection's value: the lists are and-ed, the values in
 // one list or-ed. A match with no list set matches every connection.
+//
+// Users and Addresses are verified: the node checks the user's password,
+// and the address is the connection's own. ApplicationNames, ClientIDs and
+// DriverNames are asserted: the client chooses them, so any client can
+// claim a class matched by them alone (Warnings says so of such a class
+// more privileged than the default).
 type ClientMatch struct {
 	// Users are authenticated user names, as the client gave them with
-	// SASL PLAIN (PasswordAuthenticator) through the proxy.
+	// SASL PLAIN (PasswordAuthenticator) through the proxy, once the node
+	// accepted the login.
 	Users []string `yaml:"users"`
 	// ApplicationNames, ClientIDs and DriverNames are the STARTUP options
 	// APPLICATION_NAME, CLIENT_ID and DRIVER_NAME.
@@ -75,6 +83,25 @@ type ClientMatch struct {
 	DriverNames      []string `yaml:"driver_names"`
 	// Addresses are client addresses: IPs or CIDR prefixes.
 	Addresses []string `yaml:"addresses"`
+}
+
+// asserted returns the keys of m that are set and whose values the client
+// chooses, when no key that the proxy or the node verifies is set; nil
+// otherwise.
+func (m ClientMatch) asserted() []string {
+	if len(m.Users) > 0 || len(m.Addresses) > 0 {
+		return nil
+	}
+	var keys []string
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{{"application_names", len(m.ApplicationNames) > 0}, {"client_ids", len(m.ClientIDs) > 0}, {"driver_names", len(m.DriverNames) > 0}} {
+		if k.set {
+			keys = append(keys, k.name)
+		}
+	}
+	return keys
 }
 
 // Prefixes returns m's Addresses as prefixes, an IP as its one-address
@@ -164,6 +191,34 @@ func (c *ClientsConfig) validate(ps *problems) {
 	check(c.Default, "default")
 	for i, cl := range c.Classes {
 		check(cl, "classes", fmt.Sprint(i))
+	}
+}
+
+// warn notes each class that any client can claim, matched on keys the
+// client asserts alone, and that is more privileged than the default class:
+// a client that names it gets what the file meant for another.
+func (c *ClientsConfig) warn(ps *problems) {
+	def := c.Default
+	for i, cl := range c.Classes {
+		keys := cl.Match.asserted()
+		if keys == nil {
+			continue
+		}
+		var more []string
+		if t, d := cl.TierOrDefault(), def.TierOrDefault(); t < d {
+			more = append(more, fmt.Sprintf("tier %d against %d", t, d))
+		}
+		switch u, d := cl.MaxUnitsPerSecond, def.MaxUnitsPerSecond; {
+		case d > 0 && u == 0:
+			more = append(more, fmt.Sprintf("no budget against max_units_per_second %g", d))
+		case d > 0 && u > d:
+			more = append(more, fmt.Sprintf("max_units_per_second %g against %g", u, d))
+		}
+		if more == nil {
+			continue
+		}
+		ps.add(fmt.Errorf("class %s is matched on %s alone, which the client asserts in its STARTUP, so any client can claim it; it is more privileged than the default class %s (%s): match on users or addresses too",
+			cl.Name, strings.Join(keys, " and "), def.Name, strings.Join(more, ", ")), "clients", "classes", strconv.Itoa(i), "match")
 	}
 }
 

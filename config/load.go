@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -110,6 +111,22 @@ func Check(cfg *Config, data []byte) error {
 	return errors.Join(errs...)
 }
 
+// Warnings returns what in cfg, decoded from data, passes its checks but
+// is likely a mistake, one line each, naming its file and, where the value
+// comes from the file, the line, as Check does. The proxy runs with it.
+func Warnings(cfg *Config, data []byte) []string {
+	var ws problems
+	cfg.Clients.warn(&ws)
+	out := make([]string, 0, len(ws))
+	for _, w := range ws {
+		if cfg.file != "" {
+			w = locate(cfg.file, data, w)
+		}
+		out = append(out, w.Error())
+	}
+	return out
+}
+
 // unjoin returns the errors err joins, or err alone.
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -149,6 +166,15 @@ func lineOf(data []byte, path []string) int {
 	}
 	n, line := doc.Content[0], 0
 	for _, key := range path {
+		if n.Kind == yaml.SequenceNode {
+			// A list's element is named by its index.
+			i, err := strconv.Atoi(key)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return 0
+			}
+			n, line = n.Content[i], n.Content[i].Line
+			continue
+		}
 		if n.Kind != yaml.MappingNode {
 			return 0
 		}

@@ -107,11 +107,17 @@ func (w *Watcher) poll() {
 	}
 }
 
-// load parses data, the file's contents, remembers them as loaded and
-// hands the result to changed.
+// load parses data, the file's contents, remembers them as loaded, logs
+// its warnings and hands the result to changed.
 func (w *Watcher) load(data []byte) {
 	w.sum = sha256.Sum256(data)
-	w.changed(Parse(w.path, data))
+	c, err := Parse(w.path, data)
+	if err == nil {
+		for _, warning := range Warnings(&c, data) {
+			w.log.Warn().Msg(warning)
+		}
+	}
+	w.changed(c, err)
 }
 
 // read returns the file's contents and true if its time or size changed

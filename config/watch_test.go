@@ -252,3 +252,17 @@ func TestWatcherRun(t *testing.T) {
 		t.Fatalf("reads %d, err %v; want 30: a bad file was retried", readsOf(r.cfg), r.err)
 	}
 }
+
+// A reload logs the warnings of what it loaded, and still hands it over.
+func TestWatcherLogsWarnings(t *testing.T) {
+	t.Parallel()
+	w, path, results, logs := newWatcher(t, readsFile(100))
+	rewrite(t, path, "clients:\n  classes:\n    - {name: vip, tier: 0, match: {driver_names: [gocql]}}\n")
+	w.Reload()
+	if r := next(t, results, "Reload"); r.err != nil {
+		t.Fatalf("Reload: %v", r.err)
+	}
+	if want := path + ":3: clients.classes.0.match: class vip is matched on driver_names alone"; !strings.Contains(logs.String(), want) {
+		t.Errorf("log %q does not hold %q", logs.String(), want)
+	}
+}

@@ -21,6 +21,7 @@ func TestCLI(t *testing.T) {
 	good := write("good.yaml", "listen: 127.0.0.1:19042\nupstreams: [127.0.0.2:9042]\n")
 	bad := write("bad.yaml", "listen: 127.0.0.1:19042\nupstrems: [x:1]\n")
 	mendable := write("mendable.yaml", "upstreams: [no-port]\n")
+	claimable := write("claimable.yaml", "listen: 127.0.0.1:19042\nclients:\n  classes:\n    - name: checkout\n      tier: 0\n      match: {application_names: [checkout]}\n")
 	many := write("many.yaml", "listen: 127.0.0.1:19042\nupstrems: [x:1]\nmode: mesh\ndial_timeout: soon\nlimits:\n  algorithm: leaky\n  memory: 1KiB\n")
 	tests := []struct {
 		name           string
@@ -37,6 +38,8 @@ func TestCLI(t *testing.T) {
 		{name: "bad file", args: []string{"check-config", bad}, status: 1, stderr: `bad.yaml:2: unknown key "upstrems"`},
 		{name: "every problem at once", args: []string{"check-config", many}, status: 1, stderr: `many.yaml:2: unknown key "upstrems"`,
 			more: []string{`many.yaml:4: "soon" is not a duration`, `many.yaml:3: mode: "mesh" is neither`, `many.yaml:6: limits.algorithm: "leaky"`, `many.yaml:7: limits.memory: 1024 bytes is outside`}},
+		{name: "a class any client can claim: a warning, not an error", args: []string{"check-config", claimable}, stdout: "claimable.yaml: ok",
+			stderr: "cqlguard: warning: " + claimable + ":6: clients.classes.0.match: class checkout is matched on application_names alone"},
 		{name: "missing file", args: []string{"check-config", filepath.Join(dir, "none.yaml")}, status: 1, stderr: "none.yaml"},
 		{name: "a flag mends the file", args: []string{"check-config", "-upstream", "127.0.0.3:9042", mendable}, stdout: "upstreams 127.0.0.3:9042"},
 		{name: "the environment mends the file", args: []string{"check-config", mendable}, env: []string{"CQLGUARD_UPSTREAMS=127.0.0.4:9042"}, stdout: "upstreams 127.0.0.4:9042"},

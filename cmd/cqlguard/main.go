@@ -65,7 +65,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		err = run(args)
 	case "check-config":
-		err = checkConfig(args, stdout)
+		err = checkConfig(args, stdout, stderr)
 	case "top":
 		err = top(args, stdout)
 	case "version":
@@ -137,15 +137,27 @@ func addConfigFlags(fs *flag.FlagSet) configFlags {
 
 // resolve reads the configuration file, if any, applies the environment
 // and then the flags over it, and checks the result: flags and the
-// environment can mend a file that does not pass its checks alone.
-func (f configFlags) resolve(path string) (config.Config, error) {
+// environment can mend a file that does not pass its checks alone. It
+// returns the configuration and what in it is likely a mistake
+// (config.Warnings).
+func (f configFlags) resolve(path string) (config.Config, []string, error) {
+	cfg, data, err := f.read(path)
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, config.Warnings(&cfg, data), nil
+}
+
+// read is resolve without the warnings; it also returns the file's
+// contents.
+func (f configFlags) read(path string) (config.Config, []byte, error) {
 	cfg, data := config.Default(), []byte(nil)
 	var decodeErr error
 	if path != "" {
 		// Values of the wrong type are reported with every other problem
 		// of the file, after the checks.
 		if cfg, data, decodeErr = config.Read(path); decodeErr != nil && !config.Partial(decodeErr) {
-			return cfg, decodeErr
+			return cfg, nil, decodeErr
 		}
 	}
 	set := func(dst *string, env, flag string) {
@@ -169,11 +181,11 @@ func (f configFlags) resolve(path string) (config.Config, error) {
 	}
 	if err := errors.Join(decodeErr, config.Check(&cfg, data)); err != nil {
 		if path == "" {
-			return cfg, fmt.Errorf("configuration: %w", err)
+			return cfg, nil, fmt.Errorf("configuration: %w", err)
 		}
-		return cfg, err
+		return cfg, nil, err
 	}
-	return cfg, nil
+	return cfg, data, nil
 }
 
 // configPath is the -config flag, or else CQLGUARD_CONFIG.
@@ -197,8 +209,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 // checkConfig checks a configuration file with the flags and environment
-// applied over it, and says so on stdout.
-func checkConfig(args []string, stdout io.Writer) error {
+// applied over it, and says so on stdout; what in it is likely a mistake
+// goes to stderr as warnings, which do not fail the check.
+func checkConfig(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("cqlguard check-config", flag.ContinueOnError)
 	flags := addConfigFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -211,9 +224,12 @@ func checkConfig(args []string, stdout io.Writer) error {
 	case fs.NArg() != 0 || path == "":
 		return usageError{msg: "check-config takes one FILE"}
 	}
-	cfg, err := flags.resolve(path)
+	cfg, warnings, err := flags.resolve(path)
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "cqlguard: warning:", w)
 	}
 	fmt.Fprintf(stdout, "%s: ok (listen %s, upstreams %s, mode %s)\n", path, cfg.Listen, strings.Join(cfg.Upstreams, ","), cfg.Mode)
 	return nil
@@ -240,7 +256,7 @@ func run(args []string) error {
 	}
 	path := flags.configPath()
 	configPath := &path
-	cfg, err := flags.resolve(path)
+	cfg, warnings, err := flags.resolve(path)
 	if err != nil {
 		return err
 	}
@@ -248,6 +264,9 @@ func run(args []string) error {
 	log, err := newLogger(cfg.Log)
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		log.Warn().Msg(w)
 	}
 	// The Redis client's own complaints (a connection refused while Redis
 	// is down, say) would repeat every report; the reporter logs each change
