@@ -49,15 +49,16 @@ type request struct {
 	joined      *hotread.Flight[waiter]
 	seq         uint32
 	joinedTable *schema.Table
-	// client is the class the request is charged to once answered (nil:
-	// none), and size its frame's bytes, part of its price.
+	// client is the class the request is charged to (nil: none), as it
+	// is forwarded and once answered, and size its frame's bytes, part of
+	// its price.
 	client *clientClass
 	size   int32
 	// price multiplies what the class is charged, over 1 while shedding
 	// prices its tier up (shedding.max_price); 0 is 1.
 	price float32
 	// charges are the partitions whose budgets in request units the
-	// request is charged to once answered, each its share of the price.
+	// request is charged to, each its share of the price.
 	charges  [maxCharges]unitCharge
 	nCharges uint8
 }

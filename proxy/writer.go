@@ -177,9 +177,10 @@ func (w *writer) refuseLocked(n int) error {
 // Offer queues the frame f with its stream id set to stream, without
 // waiting for room, and with kick starts the flush loop: for a frame that
 // another connection's path hands to this writer, which must never wait on
-// this connection's peer. Without kick the caller pushes it later. What it
-// queues past the bounds is bounded by the requests the client has in
-// flight, each answered once.
+// this connection's peer. Without kick the caller pushes it later. Its
+// callers offer only while the writer is not Full, or small frames (a
+// refusal, a forwarded hot read) bounded by the requests in flight: what
+// it queues past the bounds is at most a frame per such caller.
 func (w *writer) Offer(f []byte, stream int16, kick bool) error {
 	if w.budget != nil {
 		w.budget.force(int64(len(f)))
