@@ -18,8 +18,9 @@ import (
 )
 
 // echoUpstream answers OPTIONS with an empty SUPPORTED and every other
-// request with a void RESULT, allocating nothing per request, so that a
-// benchmark's allocations are the proxy's. It returns its address.
+// request with a void RESULT, in v5 segments after a v5 STARTUP,
+// allocating nothing per request, so that a benchmark's allocations are
+// the proxy's. It returns its address.
 func echoUpstream(b *testing.B, addr string) string {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -32,87 +33,149 @@ func echoUpstream(b *testing.B, addr string) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := frame.NewReader(bufio.NewReader(c), 1<<20)
-				w := bufio.NewWriter(c)
-				var out []byte
-				for {
-					_, h, err := r.Next()
-					if err != nil {
-						return
-					}
-					out = out[:0]
-					switch h.Opcode {
-					case frame.OpOptions:
-						out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpSupported, Length: 2})
-						out = append(out, 0, 0)
-					case frame.OpStartup:
-						out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpReady})
-					default:
-						out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: 4})
-						out = binary.BigEndian.AppendUint32(out, 1)
-					}
-					w.Write(out)
-					if r.Buffered() == 0 {
-						w.Flush()
-					}
-				}
-			}()
+			go echo(c)
 		}
 	}()
 	return ln.Addr().String()
 }
 
-// BenchmarkForwardExecute pipelines EXECUTE requests through the proxy, 128
-// in flight, and reports the whole process's allocations per request: the
-// client and upstream here allocate nothing, so they are the proxy's.
-func BenchmarkForwardExecute(b *testing.B) {
-	up := echoUpstream(b, "127.0.0.1:0")
-	cfg := config.Default()
-	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up}, ""
-	addr := startBenchProxy(b, cfg)
-
-	// An EXECUTE with a 16-byte id, consistency ONE and one 8-byte value.
-	body := binary.BigEndian.AppendUint16(nil, 16)
-	body = append(body, make([]byte, 16)...)
-	body = append(body, 0, 1, 0x01, 0, 1)
-	body = binary.BigEndian.AppendUint32(body, 8)
-	body = append(body, make([]byte, 8)...)
-	pipeline(b, addr, frame.OpExecute, body)
+func echo(c net.Conn) {
+	defer c.Close()
+	r := frame.NewReader(bufio.NewReader(c), 1<<20)
+	var out, wire []byte
+	var segs *frame.SegmentWriter
+	for {
+		f, h, err := r.Next()
+		if err != nil {
+			return
+		}
+		switch h.Opcode {
+		case frame.OpOptions:
+			out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpSupported, Length: 2})
+			out = append(out, 0, 0)
+		case frame.OpStartup:
+			out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpReady})
+		default:
+			out = frame.AppendHeader(out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpResult, Length: 4})
+			out = binary.BigEndian.AppendUint32(out, 1)
+		}
+		if h.Opcode == frame.OpStartup && h.Version >= 5 {
+			// READY is the last plain frame.
+			if _, err := c.Write(out); err != nil {
+				return
+			}
+			out = out[:0]
+			comp, _, _ := frame.StartupOption(f[frame.HeaderSize:], "COMPRESSION")
+			lz4 := string(comp) == "lz4"
+			r.UseSegments(lz4)
+			segs = frame.NewSegmentWriter(lz4)
+			continue
+		}
+		if r.Buffered() > 0 {
+			continue
+		}
+		if segs != nil {
+			wire = segs.AppendFrames(wire[:0], out)
+		} else {
+			wire = append(wire[:0], out...)
+		}
+		if _, err := c.Write(wire); err != nil {
+			return
+		}
+		out = out[:0]
+	}
 }
 
-// pipeline sends requests of opcode op with body to the proxy at addr,
+// BenchmarkForwardExecute pipelines EXECUTE requests through the proxy, 128
+// in flight, and reports the whole process's allocations per request: the
+// client and upstream here allocate nothing, so they are the proxy's. On
+// v5 they travel in segments, plain or LZ4.
+func BenchmarkForwardExecute(b *testing.B) {
+	// An EXECUTE with a 16-byte id, consistency ONE and one 8-byte value.
+	v4 := binary.BigEndian.AppendUint16(nil, 16)
+	v4 = append(v4, make([]byte, 16)...)
+	v4 = append(v4, 0, 1, 0x01, 0, 1)
+	v4 = binary.BigEndian.AppendUint32(v4, 8)
+	v4 = append(v4, make([]byte, 8)...)
+	// v5 adds the result metadata id and has 4-byte flags.
+	v5 := binary.BigEndian.AppendUint16(nil, 16)
+	v5 = append(v5, make([]byte, 16)...)
+	v5 = binary.BigEndian.AppendUint16(v5, 16)
+	v5 = append(v5, make([]byte, 16)...)
+	v5 = append(v5, 0, 1, 0, 0, 0, 0x01, 0, 1)
+	v5 = binary.BigEndian.AppendUint32(v5, 8)
+	v5 = append(v5, make([]byte, 8)...)
+	for _, bc := range []struct {
+		name    string
+		version uint8
+		lz4     bool
+		body    []byte
+	}{
+		{"v4", 4, false, v4},
+		{"v5", 5, false, v5},
+		{"v5-lz4", 5, true, v5},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			up := echoUpstream(b, "127.0.0.1:0")
+			cfg := config.Default()
+			cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up}, ""
+			addr := startBenchProxy(b, cfg)
+			pipelineVersion(b, addr, bc.version, bc.lz4, frame.OpExecute, bc.body)
+		})
+	}
+}
+
+// pipeline sends v4 requests of opcode op with body to the proxy at addr,
 // 128 in flight: batches of 128 pipelined requests, each batch's answers
 // read before the next is sent, until b.N are answered. It reports the
 // whole process's allocations.
 func pipeline(b *testing.B, addr string, op frame.Opcode, body []byte) {
+	pipelineVersion(b, addr, 4, false, op, body)
+}
+
+// pipelineVersion is pipeline in protocol version v, in LZ4 segments on v5
+// when lz4 is set.
+func pipelineVersion(b *testing.B, addr string, v uint8, lz4 bool, op frame.Opcode, body []byte) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
-	c.Write(append(startup, 0, 0))
+	startup := []byte{0, 0}
+	if lz4 {
+		startup = []byte{0, 1, 0, 11, 'C', 'O', 'M', 'P', 'R', 'E', 'S', 'S', 'I', 'O', 'N', 0, 3, 'l', 'z', '4'}
+	}
+	c.Write(append(frame.AppendHeader(nil, frame.Header{Version: v, Opcode: frame.OpStartup, Length: len(startup)}), startup...))
 	r := frame.NewReader(bufio.NewReaderSize(c, 64<<10), 1<<20)
-	if _, _, err := r.Next(); err != nil {
-		b.Fatal(err)
+	if _, h, err := r.Next(); err != nil || h.Opcode != frame.OpReady {
+		b.Fatalf("STARTUP v%d: %v %v", v, h.Opcode, err)
+	}
+	var segs *frame.SegmentWriter
+	if v >= 5 {
+		r.UseSegments(lz4)
+		segs = frame.NewSegmentWriter(lz4)
 	}
 	const inflight = 128
 	reqs := make([][]byte, inflight)
 	for i := range reqs {
-		reqs[i] = frame.AppendHeader(nil, frame.Header{Version: 4, Stream: int16(i), Opcode: op, Length: len(body)})
+		reqs[i] = frame.AppendHeader(nil, frame.Header{Version: v, Stream: int16(i), Opcode: op, Length: len(body)})
 		reqs[i] = append(reqs[i], body...)
 	}
-	bw := bufio.NewWriterSize(c, 64<<10)
+	var batch, segments []byte
 	b.ReportAllocs()
 	b.ResetTimer()
 	for sent := 0; sent < b.N; {
 		n := min(inflight, b.N-sent)
+		batch = batch[:0]
 		for i := range n {
-			bw.Write(reqs[i])
+			batch = append(batch, reqs[i]...)
 		}
-		if err := bw.Flush(); err != nil {
+		wire := batch
+		if segs != nil {
+			segments = segs.AppendFrames(segments[:0], batch)
+			wire = segments
+		}
+		if _, err := c.Write(wire); err != nil {
 			b.Fatal(err)
 		}
 		for range n {
