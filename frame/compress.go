@@ -9,6 +9,7 @@ package frame
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/golang/snappy"
@@ -133,11 +134,9 @@ func (d *Decompressor) decode(c Compression, body []byte, n int) ([]byte, error)
 	return d.buf, nil
 }
 
-// Compressor compresses frame bodies, reusing its state.
-type Compressor struct {
-	lz      lz4.Compressor
-	scratch []byte
-}
+// Compressor compresses frame bodies. Like SegmentWriter it holds no LZ4
+// state: it borrows a compressor from compressors for each body.
+type Compressor struct{}
 
 // AppendBody appends body compressed with c to dst.
 func (z *Compressor) AppendBody(dst []byte, c Compression, body []byte) []byte {
@@ -147,16 +146,23 @@ func (z *Compressor) AppendBody(dst []byte, c Compression, body []byte) []byte {
 		if len(body) == 0 {
 			return dst
 		}
-		z.scratch = grow(z.scratch, lz4.CompressBlockBound(len(body)))
-		n, err := z.lz.CompressBlock(body, z.scratch)
+		// Compressed in place, past the length.
+		start := len(dst)
+		bound := lz4.CompressBlockBound(len(body))
+		dst = slices.Grow(dst, bound)
+		lz := compressors.Get().(*lz4.Compressor)
+		n, err := lz.CompressBlock(body, dst[start:start+bound])
+		compressors.Put(lz)
 		if err != nil || n == 0 {
 			// Incompressible input: a block of literals still decodes.
-			n = literalBlock(z.scratch[:0], body)
+			n = literalBlock(dst[start:start], body)
 		}
-		return append(dst, z.scratch[:n]...)
+		return dst[:start+n]
 	case CompressionSnappy:
-		z.scratch = grow(z.scratch, snappy.MaxEncodedLen(len(body)))
-		return append(dst, snappy.Encode(z.scratch, body)...)
+		start, bound := len(dst), snappy.MaxEncodedLen(len(body))
+		dst = slices.Grow(dst, bound)
+		n := len(snappy.Encode(dst[start:start+bound], body))
+		return dst[:start+n]
 	}
 	return append(dst, body...)
 }

@@ -151,6 +151,14 @@ func TestReaderGivesBackLargeFrames(t *testing.T) {
 					t.Fatalf("after frame %d of %d bytes the reader keeps %d bytes, want at most %d", i, len(f), cap(r.buf), keepMax)
 				}
 			}
+			if tc.segments {
+				// Idle, the segment reader keeps no more than frames
+				// up to keepMax grow.
+				r.Shrink()
+				if cap(r.segs.buf) > keepMax || cap(r.segs.out) > keepMax {
+					t.Fatalf("idle after large segments the reader keeps %d and %d bytes, want at most %d each", cap(r.segs.buf), cap(r.segs.out), keepMax)
+				}
+			}
 			if n := testing.AllocsPerRun(smalls-1, func() {
 				if _, _, err := r.Next(); err != nil {
 					t.Fatal(err)

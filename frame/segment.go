@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
+	"sync"
 
 	"github.com/pierrec/lz4/v4"
 )
@@ -58,7 +60,10 @@ func crc24(v uint64, n int) uint32 {
 
 func payloadCRC(p []byte) uint32 { return crc32.Update(crc32Primed, crc32.IEEETable, p) }
 
-// SegmentReader reads v5 segments from a byte stream.
+// SegmentReader reads v5 segments from a byte stream. It holds no LZ4
+// state, which decompressing a block does not need, and its buffers, for
+// a segment as read and decompressed, follow the segments it reads (see
+// Reader.Shrink).
 type SegmentReader struct {
 	br         *bufio.Reader
 	compressed bool
@@ -136,13 +141,23 @@ func (s *SegmentReader) Next() (payload []byte, selfContained bool, err error) {
 	return s.out, selfContained, nil
 }
 
-// SegmentWriter encodes v5 segments, holding the compression state so that
-// encoding allocates nothing once its buffers have grown.
+// SegmentWriter encodes v5 segments. It holds no buffer and no LZ4 state:
+// segments are built in the caller's dst, and a compressed one borrows a
+// compressor from compressors for as long as it takes to compress, so an
+// idle connection's writer, or one that negotiated no compression, costs
+// no more than the struct.
 type SegmentWriter struct {
 	compressed bool
-	lz         lz4.Compressor
-	scratch    []byte
 }
+
+// compressors are LZ4 compressors, 136 KiB of hash table each, shared by
+// every writer in the process: a compressor's state lives for one block,
+// so the pool holds about as many as blocks are compressed at once. One
+// per writer would cost every v5 connection two, idle or not; one taken
+// when a writer has frames and dropped when it has none would be allocated
+// again for every answer to a request-response driver, after which the
+// writer is idle.
+var compressors = sync.Pool{New: func() any { return new(lz4.Compressor) }}
 
 // NewSegmentWriter returns a writer of segments; compressed says whether
 // the connection negotiated LZ4.
@@ -154,8 +169,21 @@ func NewSegmentWriter(compressed bool) *SegmentWriter {
 // MaxSegmentPayload bytes. A compressed segment whose payload LZ4 does not
 // shrink goes uncompressed, as the spec allows.
 func (w *SegmentWriter) AppendSegment(dst, payload []byte, selfContained bool) []byte {
-	n := uint64(len(payload))
 	if !w.compressed {
+		return appendSegment(dst, payload, selfContained, nil)
+	}
+	lz := compressors.Get().(*lz4.Compressor)
+	dst = appendSegment(dst, payload, selfContained, lz)
+	compressors.Put(lz)
+	return dst
+}
+
+// appendSegment appends one segment carrying payload: uncompressed if lz
+// is nil, else in the LZ4 format, compressed with lz if that shrinks it.
+// The payload is compressed in place, into dst past the header.
+func appendSegment(dst, payload []byte, selfContained bool, lz *lz4.Compressor) []byte {
+	n := uint64(len(payload))
+	if lz == nil {
 		head := n
 		if selfContained {
 			head |= 1 << 17
@@ -165,26 +193,39 @@ func (w *SegmentWriter) AppendSegment(dst, payload []byte, selfContained bool) [
 		dst = append(dst, payload...)
 		return binary.LittleEndian.AppendUint32(dst, payloadCRC(payload))
 	}
-	body, uncompressed := payload, uint64(0)
-	w.scratch = grow(w.scratch, lz4.CompressBlockBound(len(payload)))
-	if c, err := w.lz.CompressBlock(payload, w.scratch); err == nil && c > 0 && c < len(payload) {
-		body, uncompressed = w.scratch[:c], n
+	const hlen = 8
+	start := len(dst)
+	bound := lz4.CompressBlockBound(len(payload))
+	dst = slices.Grow(dst, hlen+bound+4)
+	body := dst[start+hlen : start+hlen+bound]
+	var head uint64
+	if c, err := lz.CompressBlock(payload, body); err == nil && c > 0 && c < len(payload) {
+		body = body[:c]
+		head = uint64(c) | n<<17
+	} else {
+		body = append(body[:0], payload...)
+		head = n
 	}
-	head := uint64(len(body)) | uncompressed<<17
 	if selfContained {
 		head |= 1 << 34
 	}
-	dst = appendLE(dst, head, 5)
+	dst = appendLE(dst[:start], head, 5)
 	dst = appendLE(dst, uint64(crc24(head, 5)), 3)
-	dst = append(dst, body...)
+	dst = dst[:start+hlen+len(body)]
 	return binary.LittleEndian.AppendUint32(dst, payloadCRC(body))
 }
 
 // AppendFrames appends segments carrying frames, one or more whole encoded
 // frames: consecutive frames share self-contained segments up to
 // MaxSegmentPayload bytes, and a larger frame is split over as many
-// non-self-contained segments as it needs.
+// non-self-contained segments as it needs. dst must not share memory
+// with frames.
 func (w *SegmentWriter) AppendFrames(dst, frames []byte) []byte {
+	var lz *lz4.Compressor
+	if w.compressed {
+		lz = compressors.Get().(*lz4.Compressor)
+		defer compressors.Put(lz)
+	}
 	start := 0 // first frame not yet in a segment
 	i := 0
 	for i < len(frames) {
@@ -196,24 +237,24 @@ func (w *SegmentWriter) AppendFrames(dst, frames []byte) []byte {
 		switch {
 		case n > MaxSegmentPayload:
 			if i > start {
-				dst = w.AppendSegment(dst, frames[start:i], true)
+				dst = appendSegment(dst, frames[start:i], true, lz)
 			}
 			for part := frames[i : i+n]; len(part) > 0; {
 				k := min(len(part), MaxSegmentPayload)
-				dst = w.AppendSegment(dst, part[:k], false)
+				dst = appendSegment(dst, part[:k], false, lz)
 				part = part[k:]
 			}
 			i += n
 			start = i
 		case i+n-start > MaxSegmentPayload:
-			dst = w.AppendSegment(dst, frames[start:i], true)
+			dst = appendSegment(dst, frames[start:i], true, lz)
 			start = i
 		default:
 			i += n
 		}
 	}
 	if i > start {
-		dst = w.AppendSegment(dst, frames[start:i], true)
+		dst = appendSegment(dst, frames[start:i], true, lz)
 	}
 	return dst
 }

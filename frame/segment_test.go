@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"runtime"
 	"testing"
 )
 
@@ -53,6 +54,37 @@ func TestSegmentsNoAllocation(t *testing.T) {
 					t.Errorf("reading: %v allocations per segment", n)
 				}
 			})
+		}
+	}
+}
+
+// A segment writer that has written LZ4 segments holds no LZ4 state once
+// done, nor does one that negotiated no compression: an idle v5 connection
+// keeps no compressor (one is 136 KiB).
+func TestSegmentWritersHoldNothing(t *testing.T) {
+	frames := segmentLoads()[1].frames
+	heap := func() uint64 {
+		var m runtime.MemStats
+		// Three collections empty the pool, whose contents survive one.
+		for range 3 {
+			runtime.GC()
+		}
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	for _, compressed := range []bool{false, true} {
+		const n = 100
+		ws := make([]*SegmentWriter, n)
+		before := heap()
+		for i := range ws {
+			ws[i] = NewSegmentWriter(compressed)
+			ws[i].AppendFrames(nil, frames)
+		}
+		per := (float64(heap()) - float64(before)) / n
+		runtime.KeepAlive(ws)
+		t.Logf("lz4=%v: %.0f B per writer", compressed, per)
+		if per > 1<<10 {
+			t.Errorf("lz4=%v: a writer that wrote a segment holds %.0f B, want under 1 KiB", compressed, per)
 		}
 	}
 }
