@@ -78,8 +78,9 @@ const maxCharges = 4
 // streams tracks in-flight requests by stream id, in an open-addressing
 // table sized by what is in flight, not by the ids a client has used:
 // drivers rotate through thousands of ids, and a table indexed by id kept
-// every page they touched. An idle connection holds at most
-// streamsKeptIdle slots.
+// every page they touched. A slot holds its request inline, a few hundred
+// bytes (TestStreamsMemoryFollowsInFlight logs how many). Between bursts a connection keeps at most streamsKeptIdle slots, and
+// once a watchdog tick has passed without a request, none.
 //
 // A stream id names one request until its answer: begin refuses an id in
 // flight, so nothing is ever keyed by an id that was reused before its
@@ -91,6 +92,10 @@ type streams struct {
 	// times what the last burst needed is given back when it ends, one
 	// that bursts keep needing is not (allocating for every burst).
 	peak int
+	// begun is set by begin, and by shrinkIdle while a request is in
+	// flight; shrinkIdle drops a table no request was in since its last
+	// call.
+	begun bool
 	// any is set while a request is in flight. The request path reads it
 	// without the lock: only it begins requests, so when it reads false
 	// no stream is busy.
@@ -106,10 +111,10 @@ type streamSlot struct {
 const (
 	// streamsMinSlots is the table's first size.
 	streamsMinSlots = 16
-	// streamsKeptIdle is the largest table an idle connection keeps: a
-	// larger one, grown by a burst, is dropped once a burst ends needing a
-	// quarter of it or less, or when the watchdog finds nothing in flight
-	// (shrinkIdle).
+	// streamsKeptIdle is the largest table a connection keeps between
+	// bursts: a larger one, grown by a burst, is dropped once a burst ends
+	// needing a quarter of it or less, or when the watchdog finds nothing
+	// in flight (shrinkIdle).
 	streamsKeptIdle = 64
 )
 
@@ -168,6 +173,7 @@ func (s *streams) begin(id int16, r request) bool {
 	s.slots[i] = streamSlot{used: true, id: id, r: r}
 	s.inflight++
 	s.peak = max(s.peak, s.inflight)
+	s.begun = true
 	s.any.Store(true)
 	return true
 }
@@ -207,12 +213,16 @@ func (s *streams) end(id int16) (request, bool) {
 	return r, true
 }
 
-// shrinkIdle drops a table larger than an idle connection keeps, if
-// nothing is in flight.
+// shrinkIdle is the watchdog's, on every tick. With nothing in flight it
+// drops a table larger than a connection keeps between bursts, and a table
+// no request was in since the last call: a connection idle for a whole
+// tick, as most of the connections a driver keeps open are, holds none,
+// and one that is busy keeps what its bursts need.
 func (s *streams) shrinkIdle() {
-	if s.inflight == 0 && len(s.slots) > streamsKeptIdle {
+	if s.inflight == 0 && (!s.begun || len(s.slots) > streamsKeptIdle) {
 		s.slots = nil
 	}
+	s.begun = s.inflight > 0
 }
 
 // remove empties slot i, moving back the entries of its probe run that

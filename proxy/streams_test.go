@@ -123,14 +123,49 @@ func TestStreamsMemoryFollowsInFlight(t *testing.T) {
 			// watchdog finds the connection idle.
 			s.shrinkIdle()
 			idle := len(s.slots) * slot
-			t.Logf("%d in flight: %d slots at most, %d B kept idle", tc.inFlight, peak, idle)
+			// A tick with no request since the last one drops it.
+			s.shrinkIdle()
+			t.Logf("%d in flight: %d slots of %d B at most, %d B kept between bursts, %d B after an idle tick", tc.inFlight, peak, slot, idle, len(s.slots)*slot)
 			if idle > streamsKeptIdle*slot {
 				t.Errorf("idle after %d in flight: %d B, want at most %d", tc.inFlight, idle, streamsKeptIdle*slot)
+			}
+			if s.slots != nil {
+				t.Errorf("after %d in flight and a tick with no request: %d slots kept", tc.inFlight, len(s.slots))
 			}
 			if peak > 4*max(tc.inFlight, streamsMinSlots) {
 				t.Errorf("%d in flight took %d slots", tc.inFlight, peak)
 			}
 		})
+	}
+}
+
+// The watchdog's tick drops the table of a connection that began no
+// request since the tick before, and only with nothing in flight: a busy
+// connection keeps what its bursts need.
+func TestStreamsIdleTick(t *testing.T) {
+	var s streams
+	s.begin(1, request{})
+	s.shrinkIdle() // in flight
+	if s.slots == nil || s.lookup(1) == nil {
+		t.Fatal("a tick dropped the table with a request in flight")
+	}
+	s.end(1)
+	s.shrinkIdle() // a request began since the last tick
+	if s.slots == nil {
+		t.Fatal("a tick dropped the table of a connection busy since the last one")
+	}
+	s.begin(2, request{})
+	s.end(2)
+	s.shrinkIdle()
+	if s.slots == nil {
+		t.Fatal("a tick dropped the table of a connection busy since the last one")
+	}
+	s.shrinkIdle()
+	if s.slots != nil {
+		t.Fatalf("a tick after one with no request kept %d slots", len(s.slots))
+	}
+	if !s.begin(3, request{}) || s.lookup(3) == nil {
+		t.Fatal("no request begins after the table was dropped")
 	}
 }
 
