@@ -159,8 +159,9 @@ func dialBad(t *testing.T, addr string, v uint8, opts map[string]string) *badCli
 		t.Fatalf("STARTUP v%d: %v %v", v, r, err)
 	}
 	if v >= 5 {
-		bc.r.UseSegments(false)
-		bc.segs = frame.NewSegmentWriter(false)
+		lz4 := strings.EqualFold(opts["COMPRESSION"], "lz4")
+		bc.r.UseSegments(lz4)
+		bc.segs = frame.NewSegmentWriter(lz4)
 	}
 	return bc
 }

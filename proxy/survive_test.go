@@ -25,7 +25,8 @@ import (
 // stubNode is a fake upstream node that speaks just enough of the protocol
 // for the proxy, and keeps little per connection so that memory measured
 // around it is mostly the proxy's: SUPPORTED for OPTIONS, READY for
-// STARTUP, a RESULT Prepared for PREPARE, a void RESULT for every other
+// STARTUP (then v5 segments, plain or LZ4, after a v5 one), a RESULT
+// Prepared for PREPARE, a void RESULT for every other
 // request, except that a QUERY or PREPARE whose text contains "refuse" is
 // answered Invalid, "USE ks" is answered Set_keyspace, and a QUERY whose text contains "hold" is held
 // unanswered until release, or for ever.
@@ -49,6 +50,9 @@ type stubNode struct {
 type stubConn struct {
 	c  net.Conn
 	mu sync.Mutex // serializes writes: answers and released requests
+	// segs frames answers in v5 segments once a v5 STARTUP is answered.
+	// Guarded by mu.
+	segs *frame.SegmentWriter
 	// prepared is the body of the RESULT Prepared answering a PREPARE
 	// (protocol v4, no variables or columns), with the statement's id the
 	// MD5 of its text, set by serve before answering.
@@ -160,6 +164,15 @@ func (n *stubNode) serve(c *stubConn) {
 			}
 		}
 		c.answer(h)
+		if h.Opcode == frame.OpStartup && h.Version >= 5 {
+			// READY was the last plain frame.
+			comp, _, _ := frame.StartupOption(f[frame.HeaderSize:], "COMPRESSION")
+			lz4 := strings.EqualFold(string(comp), "lz4")
+			r.UseSegments(lz4)
+			c.mu.Lock()
+			c.segs = frame.NewSegmentWriter(lz4)
+			c.mu.Unlock()
+		}
 	}
 }
 
@@ -205,8 +218,12 @@ func (c *stubConn) supported(h frame.Header, opts map[string]string) {
 // reply writes a response frame to the request with header h.
 func (c *stubConn) reply(h frame.Header, op frame.Opcode, body []byte) {
 	out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: op, Length: len(body)})
+	out = append(out, body...)
 	c.mu.Lock()
-	c.c.Write(append(out, body...))
+	if c.segs != nil {
+		out = c.segs.AppendFrames(nil, out)
+	}
+	c.c.Write(out)
 	c.mu.Unlock()
 }
 
@@ -268,16 +285,26 @@ func stubQuery(stream int16, text string) []byte {
 	return append(f, body...)
 }
 
-// idleConn opens a connection to addr and completes STARTUP, reading the
-// answer into a small array, so that the client's side costs little.
-func idleConn(t *testing.T, addr string) net.Conn {
+// idleConn opens a connection to addr and completes STARTUP in protocol
+// version v, asking for LZ4 when lz4 is set, reading the answer into a small
+// array, so that the client's side costs little. On v5 the connection then
+// carries segments, of which it sends none.
+func idleConn(t *testing.T, addr string, v uint8, lz4 bool) net.Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
-	startup = append(startup, 0, 0)
+	body := []byte{0, 0}
+	if lz4 {
+		body = binary.BigEndian.AppendUint16(nil, 1)
+		body = binary.BigEndian.AppendUint16(body, uint16(len("COMPRESSION")))
+		body = append(body, "COMPRESSION"...)
+		body = binary.BigEndian.AppendUint16(body, uint16(len("lz4")))
+		body = append(body, "lz4"...)
+	}
+	startup := frame.AppendHeader(nil, frame.Header{Version: v, Opcode: frame.OpStartup, Length: len(body)})
+	startup = append(startup, body...)
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Write(startup); err != nil {
 		t.Fatal(err)
@@ -302,24 +329,41 @@ func memUse() (heap, stack uint64) {
 	return m.HeapAlloc, m.StackInuse
 }
 
-// idleCost opens n connections to addr, each idle after STARTUP, and returns
-// what they added to the heap and to goroutine stacks, per connection.
-func idleCost(t *testing.T, addr string, n int) (heap, stack float64) {
+// idleCost opens n connections to addr, each idle after STARTUP in
+// protocol version v (with LZ4 if lz4 is set), and returns what they added
+// to the heap and to goroutine stacks, per connection, and to the heap
+// once p's watchdog has ticked twice (tickSessions).
+func idleCost(t *testing.T, p *Proxy, addr string, n int, v uint8, lz4 bool) (heap, ticked, stack float64) {
 	t.Helper()
 	settle(t)
 	heap0, stack0 := memUse()
 	conns := make([]net.Conn, n)
 	for i := range conns {
-		conns[i] = idleConn(t, addr)
+		conns[i] = idleConn(t, addr, v, lz4)
 	}
 	// The READY has been written to the client before the proxy's response
 	// path goes back to waiting: let every session get there.
 	time.Sleep(100 * time.Millisecond)
 	heap1, stack1 := memUse()
+	tickSessions(p)
+	tickSessions(p)
+	heap2, _ := memUse()
 	for _, c := range conns {
 		c.Close()
 	}
-	return (float64(heap1) - float64(heap0)) / float64(n), (float64(stack1) - float64(stack0)) / float64(n)
+	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / float64(n) }
+	return per(heap0, heap1), per(heap0, heap2), per(stack0, stack1)
+}
+
+// tickSessions does for every session of p what the watchdog does on each
+// tick (every 10 s by default): an idle session gives back what it keeps
+// only between bursts.
+func tickSessions(p *Proxy) {
+	p.mu.Lock()
+	for s := range p.sessions {
+		s.tick(false)
+	}
+	p.mu.Unlock()
 }
 
 // settle waits for goroutines of connections closed before to end, so that
@@ -337,23 +381,43 @@ func settle(t *testing.T) {
 }
 
 // An idle connection through the proxy, after STARTUP, costs the proxy
-// little heap: read buffers are taken only while bytes arrive. The figures
-// are logged (go test -run IdleConnectionMemory -v); the bound only catches
-// a return of per-connection read buffers.
+// little heap, in every protocol version and compression: read buffers are
+// taken only while bytes arrive, a v5 connection holds no LZ4 state of its
+// own, and once the watchdog has ticked the stream table is gone too. The
+// figures are logged (go test -run IdleConnectionMemory -v); the bound
+// catches a return of per-connection read buffers, or of an LZ4
+// compressor in each v5 segment writer (a v5 connection cost 300 KB, LZ4
+// or not).
 func TestIdleConnectionMemory(t *testing.T) {
 	stub := startStubNode(t, "127.0.0.1:0")
-	_, addr := startProxy(t, func(c *config.Config) {
+	p, addr := startProxy(t, func(c *config.Config) {
 		c.Listen, c.Upstreams = "127.0.0.1:0", []string{stub.ln.Addr().String()}
 	})
 	const n = 200
-	directHeap, directStack := idleCost(t, stub.ln.Addr().String(), n)
-	proxiedHeap, proxiedStack := idleCost(t, addr, n)
-	heap, stack := proxiedHeap-directHeap, proxiedStack-directStack
-	t.Logf("per idle connection: proxy heap %.0f B, proxy goroutine stacks %.0f B (direct to the node: heap %.0f B, stacks %.0f B; through the proxy: heap %.0f B, stacks %.0f B)",
-		heap, stack, directHeap, directStack, proxiedHeap, proxiedStack)
-	// With two 16 KiB read buffers held per connection it was 45 KB.
-	if heap > 24<<10 {
-		t.Errorf("an idle connection costs the proxy %.0f B of heap, want under 24 KiB", heap)
+	for _, tc := range []struct {
+		name    string
+		version uint8
+		lz4     bool
+	}{
+		{"v4", 4, false},
+		{"v5", 5, false},
+		{"v5-lz4", 5, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			directHeap, directTicked, directStack := idleCost(t, p, stub.ln.Addr().String(), n, tc.version, tc.lz4)
+			proxiedHeap, proxiedTicked, proxiedStack := idleCost(t, p, addr, n, tc.version, tc.lz4)
+			heap, ticked, stack := proxiedHeap-directHeap, proxiedTicked-directTicked, proxiedStack-directStack
+			t.Logf("%s, per idle connection: proxy heap %.0f B, %.0f B after a watchdog tick, proxy goroutine stacks %.0f B (direct to the node: heap %.0f B, stacks %.0f B; through the proxy: heap %.0f B, stacks %.0f B)",
+				tc.name, heap, ticked, stack, directHeap, directStack, proxiedHeap, proxiedStack)
+			// With two 16 KiB read buffers held per connection it was 45 KB.
+			if heap > 24<<10 {
+				t.Errorf("an idle %s connection costs the proxy %.0f B of heap, want under 24 KiB", tc.name, heap)
+			}
+			// The stream table STARTUP used is 3 KiB.
+			if heap-ticked < 2<<10 {
+				t.Errorf("a watchdog tick took %.0f B from an idle %s connection, want its stream table", heap-ticked, tc.name)
+			}
+		})
 	}
 }
 
