@@ -291,47 +291,63 @@ func (cc *clientClasses) answered(f []byte, h frame.Header, latency int64) float
 	return units
 }
 
-// chargeSent charges the forwarded request req what its price is known
-// to be: before its answer, so that a class's requests in flight count
-// against its budget, and a client that leaves before its answers still
-// pays for what it sent.
+// chargeSent charges the budgets of the forwarded request req what its
+// price is known to be: before its answer, so that a class's requests in
+// flight count against its budget, and a client that leaves before its
+// answers still pays for what it sent. Only a request with a budget to
+// charge needs it (sentCharged); the class's units are counted once, when
+// the request ends.
 func (s *session) chargeSent(req *request, now int64) {
-	s.chargeUnits(req, s.p.clients.Load().sent(req), now)
+	s.chargeBudgets(req, s.p.clients.Load().sent(req), now)
 }
 
-// charge charges the answered request req the rest of its price.
+// sentCharged reports whether req has budgets that chargeSent charges.
+func sentCharged(req *request) bool {
+	return req.client != nil && req.client.budget != nil || req.nCharges > 0
+}
+
+// charge charges the answered request req the rest of its price, and
+// counts its whole price in its class's units.
 func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
-	s.chargeUnits(req, s.p.clients.Load().answered(f, h, now-req.start), now)
+	cc := s.p.clients.Load()
+	s.chargeEnded(req, cc.sent(req), cc.answered(f, h, now-req.start), now)
 }
 
 // chargeUnanswered charges requests that will get no answer from the
 // upstream (their connection ended) their time in flight until now.
 func (s *session) chargeUnanswered(reqs []request, now int64) {
-	u := &s.p.clients.Load().units
+	cc := s.p.clients.Load()
 	for i := range reqs {
 		if r := &reqs[i]; r.client != nil || r.nCharges > 0 {
-			s.chargeUnits(r, u.PerMs*float64(now-r.start)/1e6, now)
+			s.chargeEnded(r, cc.sent(r), cc.units.PerMs*float64(now-r.start)/1e6, now)
 		}
 	}
 }
 
-// chargeUnits charges req's class, and the partitions with budgets in
-// request units it touched, units.
-func (s *session) chargeUnits(req *request, units float64, now int64) {
+// chargeEnded charges the request req, whose budgets were charged sent as
+// it was forwarded, the rest of its price, and counts the whole in its
+// class's units.
+func (s *session) chargeEnded(req *request, sent, rest float64, now int64) {
+	if c := req.client; c != nil && sent+rest > 0 {
+		c.units.Add(sent + rest)
+	}
+	s.chargeBudgets(req, rest, now)
+}
+
+// chargeBudgets charges req's class's budget, and the partitions with
+// budgets in request units it touched, units.
+func (s *session) chargeBudgets(req *request, units float64, now int64) {
 	if !(units > 0) {
 		return
 	}
-	if c := req.client; c != nil {
-		c.units.Add(units)
-		if c.budget != nil {
-			// A tier priced up by shedding pays more of its budget for
-			// the same work; the partitions are charged what it cost.
-			paid := units
-			if req.price > 1 {
-				paid *= float64(req.price)
-			}
-			c.budget.Charge(now, paid)
+	if c := req.client; c != nil && c.budget != nil {
+		// A tier priced up by shedding pays more of its budget for the
+		// same work; the partitions are charged what it cost.
+		paid := units
+		if req.price > 1 {
+			paid *= float64(req.price)
 		}
+		c.budget.Charge(now, paid)
 	}
 	if req.nCharges > 0 {
 		if u := s.p.units.Load(); u != nil {

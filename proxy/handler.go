@@ -183,7 +183,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 			return action{answer: ans}
 		}
 	}
-	if req.client != nil || req.nCharges > 0 {
+	if sentCharged(&req) {
 		s.chargeSent(&req, now)
 	}
 	return action{forward: f, req: req}

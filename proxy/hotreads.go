@@ -520,7 +520,7 @@ func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) (f []
 		s.wakeRequests()
 		return f, true
 	}
-	if e.client != nil || e.nCharges > 0 {
+	if sentCharged(e) {
 		s.chargeSent(e, now)
 	}
 	s.p.hotReads.reissued.Inc()
