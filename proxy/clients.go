@@ -69,7 +69,7 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 		}, []string{"class"}),
 		units: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_request_units_total",
-			Help: "Request units charged, by client class: each forwarded request's price (request_units), charged as it is forwarded and as it is answered.",
+			Help: "Request units charged, by client class: each forwarded request's price (request_units), counted once it is answered or its connection ends.",
 		}, []string{"class"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cqlguard_client_budget_refusals_total",
