@@ -14,8 +14,12 @@ import (
 func (s *session) serveResponses() error {
 	m := s.p.metrics
 	defer func() {
-		// A request path waiting for an answer must not wait forever.
-		s.settle(refused)
+		// A request path waiting for an answer must not wait forever, nor
+		// one that forwards another awaited request from what it has read
+		// already: from now on every wait ends at once, refused.
+		s.awaiting.Store(false)
+		s.awaitingV5.Store(false)
+		close(s.answered)
 	}()
 	// An answer is timed as the node's latency only if it cannot have
 	// waited for the client: untimed is set once a write to the client

@@ -428,3 +428,36 @@ shedding:
 	}
 	t.Logf("tier 5 latency %v (trusted %v) after the client held its answers for 500 ms", short, ok)
 }
+
+// A client that pipelines USEs behind a request its upstream is lost on
+// leaves nothing behind: the request path does not wait for the answer of
+// an awaited request it forwards after the response path ended. (Before,
+// the first such request took the verdict the ending response path left,
+// and the next one waited for ever whenever it was forwarded before the
+// session closed its upstream socket: the session and its goroutines
+// stayed after the client left, and Shutdown never returned.)
+func TestAwaitedRequestAfterUpstreamLost(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", ResetQuery: "k = 666"})
+	p, addr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()} })
+	pipeline := msgFrame(t, 4, 0, &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}})
+	pipeline = append(pipeline, queryFrame(t, 1, "SELECT * FROM ks.kv WHERE k = 666")...)
+	pipeline = append(pipeline, queryFrame(t, 2, "USE ks")...)
+	pipeline = append(pipeline, queryFrame(t, 3, "USE ks")...)
+	lost := p.metrics.protocolErrors.WithLabelValues("upstream_lost")
+	// Whether the second USE is forwarded before the session closes its
+	// upstream socket is a race: run it a few times.
+	for i := range 30 {
+		c := rawConn(t, addr)
+		if _, err := c.Write(pipeline); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the upstream lost", func() bool { return metricValue(t, lost) > float64(i) })
+		c.Close()
+	}
+	waitUntil(t, "every session to end", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.sessions) == 0
+	})
+}

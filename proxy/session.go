@@ -37,8 +37,9 @@ type session struct {
 	// answered carries the upstream's verdict on a request the request
 	// path waits on before it reads the next frame (see settled): a
 	// STARTUP, an AUTH_RESPONSE or a USE, whose answer changes how what
-	// follows is read, classified or charged. awaiting is set while one is
-	// in flight, awaitingV5 while it is a v5 STARTUP.
+	// follows is read, classified or charged; it is closed once the
+	// response path has ended. awaiting is set while one is in flight,
+	// awaitingV5 while it is a v5 STARTUP.
 	answered   chan verdict
 	awaiting   atomic.Bool
 	awaitingV5 atomic.Bool
