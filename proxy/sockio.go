@@ -117,10 +117,11 @@ type sockWriter struct {
 	fn   func(fd uintptr) bool // rawWrite, made once so that Write allocates nothing
 	// stall, when set, is called with true before Write waits for room in
 	// the socket (its peer is not reading as fast) and with false once it
-	// is done waiting. nowait makes rawWrite stop at a full socket, so
-	// that Write can call it first.
-	stall  func(waiting bool)
-	nowait bool
+	// is done waiting; stalled says it was called with true. It is called
+	// from rawWrite, where the socket said so, rather than after stopping
+	// there, which would cost a write more each time.
+	stall   func(waiting bool)
+	stalled bool
 }
 
 func newSockWriter(conn net.Conn) *sockWriter {
@@ -135,13 +136,10 @@ func (w *sockWriter) Write(b []byte) (int, error) {
 	if w.raw == nil {
 		return w.conn.Write(b)
 	}
-	w.b, w.err, w.nowait = b, nil, w.stall != nil
+	w.b, w.err = b, nil
 	err := w.raw.Write(w.fn)
-	if w.nowait && err == nil && w.err == nil && len(w.b) > 0 {
-		// The socket is full: say so, then wait for room.
-		w.stall(true)
-		w.nowait = false
-		err = w.raw.Write(w.fn)
+	if w.stalled {
+		w.stalled = false
 		w.stall(false)
 	}
 	n := len(b) - len(w.b)
@@ -158,9 +156,12 @@ func (w *sockWriter) rawWrite(fd uintptr) bool {
 		n, errno := writeRaw(fd, w.b)
 		switch {
 		case errno == syscall.EAGAIN:
-			// The poller waits for room, then calls again; unless the
-			// caller is to hear of the wait first.
-			return w.nowait
+			// The poller waits for room, then calls again.
+			if w.stall != nil && !w.stalled {
+				w.stalled = true
+				w.stall(true)
+			}
+			return false
 		case errno != 0:
 			w.err = opError(w.conn, "write", errno)
 			return true
