@@ -778,11 +778,12 @@ func neighboursOne(t *testing.T, node *fakenode.Node, alone *goodRun, data []byt
 		}
 	}
 
-	// What a connection holds of answers is its own max_buffered_bytes,
-	// past it by at most an answer being written and one handed over by
-	// each connection whose read it waited on.
+	// What a connection holds of answers is its own max_buffered_bytes
+	// twice (a batch being written, the next queued), past it by at most
+	// an answer being written and one handed over by each connection whose
+	// read it waited on.
 	waitAWhile(500*time.Millisecond, func() bool { return p.hotReads.flights.Len() == 0 })
-	limit := int64(neighbourMaxBuffered + (len(nbs)+2)*neighbourAnswer)
+	limit := int64(2*neighbourMaxBuffered + (len(nbs)+2)*neighbourAnswer)
 	p.mu.Lock()
 	for s := range p.sessions {
 		if c, u := s.toClient.held.Load(), s.toUpstream.held.Load(); c > limit || u > limit {

@@ -117,6 +117,10 @@ func (s *session) serveRequests() error {
 				s.queuedSince = now
 			}
 			if !s.p.inflight.takeOr(1, &s.stopped, nil, s.pushQuietly) {
+				// Never begun, so no one else ends the flight it leads.
+				if req.flight != nil {
+					s.p.hotReads.orphan(req.flight)
+				}
 				return net.ErrClosed
 			}
 		}

@@ -461,3 +461,42 @@ func TestAwaitedRequestAfterUpstreamLost(t *testing.T) {
 		return len(p.sessions) == 0
 	})
 }
+
+// A client that leaves as soon as it has sent a hot read leaves no flight
+// behind: a read its request path leads after its response path found it
+// gone (here, writing the answer to its USE) is orphaned when its session
+// ends. (Before, the flight stayed for ever, and every identical read of
+// another client joined it and waited hot_reads.max_wait: a minute here,
+// 1 s by default, and again for each read.)
+func TestHotReadLeaderThatLeftAtOnce(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv"})
+	p := hotProxy(t, node, config.HotReadsTable{Coalesce: true}, func(c *config.Config) {
+		c.HotReads.MaxWait = config.Duration(time.Minute)
+	})
+	pipeline := msgFrame(t, 4, 0, &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}})
+	pipeline = append(pipeline, queryFrame(t, 1, "USE ks")...)
+	for i := range 4 {
+		pipeline = append(pipeline, queryFrame(t, int16(2+i), "SELECT * FROM ks.kv WHERE k = 1")...)
+	}
+	for range 5 {
+		c := rawConn(t, p.cfg.Listen)
+		if _, err := c.Write(pipeline); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	waitUntil(t, "every session to end", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.sessions) == 0
+	})
+	if n := p.hotReads.flights.Len(); n != 0 {
+		t.Errorf("%d flights left after every client left", n)
+	}
+	other := dialRaw(t, p.cfg.Listen, 4)
+	other.startup(nil)
+	other.read(1, "USE ks")
+	other.c.SetDeadline(time.Now().Add(5 * time.Second))
+	other.read(2, "SELECT * FROM ks.kv WHERE k = 1")
+}

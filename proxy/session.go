@@ -294,13 +294,27 @@ func (s *session) run() {
 
 // giveBack returns to max_in_flight the slots of requests still in flight
 // when the session ends: requests of a client that left, or that began
-// after failInFlight. Both paths have stopped (run's last step).
+// after failInFlight or abandonInFlight (the request path reads on from
+// what it has read already once the response path has ended); of these it
+// ends, as abandonInFlight does, those that lead a flight or may have
+// written. Both paths have stopped (run's last step).
 func (s *session) giveBack() {
 	s.leaveClass()
+	var ended []request
 	s.mu.Lock()
 	n := s.streams.inflight
+	s.streams.update(func(r *request) {
+		if r.wrote.kind != wroteNone || r.flight != nil {
+			ended = append(ended, *r)
+			r.flight = nil
+		}
+	})
 	s.streams.inflight = 0
 	s.mu.Unlock()
+	for _, r := range ended {
+		r.joined = nil
+		s.ended(r)
+	}
 	s.p.inflight.give(n)
 	s.fromClient.Release()
 	s.fromUpstream.Release()
@@ -447,8 +461,9 @@ func (s *session) abandonInFlight() {
 	s.streams.update(func(r *request) {
 		if r.wrote.kind != wroteNone || r.flight != nil {
 			ended = append(ended, *r)
-			// Its flight is released below: nothing else may land it.
-			r.flight = nil
+			// Ended below: its flight is released, nothing else may land
+			// it, and giveBack does not end it again.
+			r.flight, r.wrote = nil, wrote{}
 		}
 		if r.client != nil || r.nCharges > 0 {
 			priced = append(priced, *r)
