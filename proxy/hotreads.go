@@ -292,7 +292,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	// A connection whose client is not keeping up neither waits on others
 	// (what it would be handed counts against its own bounds) nor leads
 	// (its answers would wait on its client).
-	if max > 0 && s.streams.inflight+1 >= max || s.stalls > 0 || s.toClient.Full() {
+	if max > 0 && s.streams.inflight+1 >= max || s.clientWaiting() || s.toClient.Full() {
 		s.mu.Unlock()
 		s.p.inflight.give(1)
 		t.uncoalesced.Inc()
@@ -392,24 +392,19 @@ func (hr *hotReads) orphan(fl *hotread.Flight[waiter]) {
 // reads waiting on them are forwarded on their own connections at once,
 // and s leads and joins no flight until no write waits (serveHot).
 func (s *session) clientStall(waiting bool) {
-	if waiting {
-		s.clientWaits.Add(1)
-		s.clientWaiting.Add(1)
-	} else {
-		s.clientWaiting.Add(-1)
+	if !waiting {
+		s.clientWaits.Add(^uint64(0)) // one fewer under way
+		return
 	}
+	// Counted before the table is looked at under s.mu: a flight begun
+	// after that look sees the count (serveRequests).
+	s.clientWaits.Add(1<<32 + 1)
 	hr := s.p.hotReads
 	if hr == nil {
 		return
 	}
 	var led []*hotread.Flight[waiter]
 	s.mu.Lock()
-	if !waiting {
-		s.stalls--
-		s.mu.Unlock()
-		return
-	}
-	s.stalls++
 	if s.halted {
 		// Closing: what it led was released as it ended.
 		s.mu.Unlock()
@@ -426,6 +421,9 @@ func (s *session) clientStall(waiting bool) {
 		hr.orphan(fl)
 	}
 }
+
+// clientWaiting reports whether a write to s's client waits for room now.
+func (s *session) clientWaiting() bool { return uint32(s.clientWaits.Load()) > 0 }
 
 // deliver answers w, a read of s that waited on an identical one (r, nil
 // for a refusal), with f, the other's answer. It never waits on s's

@@ -137,7 +137,7 @@ func (s *session) serveRequests() error {
 		// A hot read led while the client's writer waits for room would be
 		// answered to nobody until it has room (clientStall).
 		var orphaned *hotread.Flight[waiter]
-		if req.flight != nil && s.stalls > 0 {
+		if req.flight != nil && s.clientWaiting() {
 			orphaned, req.flight = req.flight, nil
 		}
 		// badStream saw the id free, and only this path begins streams.
@@ -257,9 +257,6 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	s.pending.comp, s.pending.optIn = comp, optIn
 	s.pending.options = s.p.optionsDigest(f[frame.HeaderSize:])
 	s.learnStartup(f[frame.HeaderSize:])
-	s.mu.Lock()
-	s.pendingComp = comp
-	s.mu.Unlock()
 	if optIn && !s.upstreamRateLimit {
 		return frame.AppendStartupWithout(nil, f, rateLimitKey)
 	}

@@ -23,10 +23,10 @@ func (s *session) serveResponses() error {
 	}()
 	// An answer is timed as the node's latency only if it cannot have
 	// waited for the client: untimed is set once a write to the client
-	// waited (waits counts what was seen of them), and cleared once the
+	// waited (waits is what was seen of them), and cleared once the
 	// response path has found the upstream's socket empty, with no such
 	// write waiting; what it reads next arrived after.
-	var waits uint32
+	var waits uint64
 	untimed := false
 	for {
 		if s.fromUpstream.Buffered() == 0 {
@@ -38,8 +38,10 @@ func (s *session) serveResponses() error {
 				return fmt.Errorf("%w: %w", errClientGone, err)
 			}
 			s.upstreamIn.park()
-			if s.upstreamIn.wait() && s.clientWaiting.Load() == 0 {
-				waits, untimed = s.clientWaits.Load(), false
+			if s.upstreamIn.wait() {
+				if w := s.clientWaits.Load(); uint32(w) == 0 {
+					waits, untimed = w, false
+				}
 			}
 		}
 		f, h, err := s.fromUpstream.Next()
@@ -79,7 +81,7 @@ func (s *session) serveResponses() error {
 			if awaited && verdict == accepted && req.reply == replyStartup {
 				// What the upstream sends after READY or AUTHENTICATE is
 				// compressed as the STARTUP asked.
-				s.compression = s.pendingComp
+				s.compression = s.pending.comp
 			}
 		}
 		s.wakeRequests()
@@ -89,7 +91,8 @@ func (s *session) serveResponses() error {
 			now := s.now()
 			// The node's latency, for the histogram and for shedding, is
 			// not what a client that does not read makes it look.
-			if w := s.clientWaits.Load(); w != waits || s.clientWaiting.Load() > 0 {
+			if w := s.clientWaits.Load(); w != waits {
+				// One began, or is under way (waits was taken with none).
 				waits, untimed = w, true
 			}
 			if !untimed {
@@ -147,7 +150,7 @@ func (s *session) serveResponses() error {
 			if verdict == accepted && req.reply == replyStartup && s.awaitingV5.Load() {
 				// READY and AUTHENTICATE are the last plain frames; what
 				// follows, both ways, travels in segments.
-				lz4 := s.pendingComp == frame.CompressionLZ4
+				lz4 := s.pending.comp == frame.CompressionLZ4
 				s.toClient.UseSegments(lz4)
 				s.toUpstream.UseSegments(lz4)
 				s.fromUpstream.UseSegments(lz4)

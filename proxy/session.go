@@ -47,7 +47,9 @@ type session struct {
 	// only: the compression it reads requests with, and whether the
 	// driver's rate-limit opt-in and its login took effect. A STARTUP or
 	// AUTH_RESPONSE is learned into pending, and takes effect only once the
-	// upstream accepted it, once per connection.
+	// upstream accepted it, once per connection; the response path reads
+	// pending's compression as it takes the STARTUP's answer, while the
+	// request path waits for it.
 	reqCompression frame.Compression
 	started        bool
 	authenticated  bool
@@ -61,7 +63,6 @@ type session struct {
 	room           sync.Cond
 	full, halted   bool
 	compression    frame.Compression // negotiated in STARTUP, once the upstream accepted it
-	pendingComp    frame.Compression // asked for by the STARTUP in flight
 	rateLimitOptIn bool              // the driver asked for the rate-limit error; request path only
 	// keyspace is the connection's keyspace, set by the response path from
 	// the upstream's answer to a USE and read by the request path.
@@ -114,15 +115,13 @@ type session struct {
 	leading *hotTable // the table of the flight the request being handled leads
 	joinSeq uint32
 	joined  atomic.Int32
-	// stalls counts the writes to the client waiting for room
-	// (clientStall). Guarded by mu.
-	stalls int
-	// clientWaits counts the waits of writes to the client that began,
-	// clientWaiting those under way: an answer the response path read
-	// while one was may have waited on the client in the upstream's
-	// socket, and is not timed as the node's (see untimed).
-	clientWaits   atomic.Uint32
-	clientWaiting atomic.Int32
+	// clientWaits counts the writes to the client that waited for room
+	// (clientStall): those that began in its high 32 bits, those under
+	// way in its low 32. While one is under way the connection leads and
+	// joins no hot read, and an answer the response path read since one
+	// began may have waited on the client in the upstream's socket, and is
+	// not timed as the node's (see untimed).
+	clientWaits atomic.Uint64
 
 	// Client classes (clients.go), request path only: what is known of the
 	// client, whether it changed since its class was matched, the classes
