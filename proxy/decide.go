@@ -64,34 +64,43 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 		if units > 0 && !s.withinUnits(units, &p, label, now) && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
-		if limit == 0 {
-			continue
-		}
-		// With coordination, every operation is counted for the fleet's
-		// report and admitted while within the share the fleet's rate
-		// leaves (ratelimit.Fleet); the local limiter then decides what
-		// the fleet admits, as a defence when the fleet's view is late.
-		ok := true
-		if fl != nil {
-			ok = fl.Admit(now, p.Token, label, limit)
-			limit = fl.LocalLimit(limit)
-		}
-		if ok {
-			ok = lim.AllowAt(now, p.Token, label, limit) != ratelimit.Reject
-		}
-		if !ok && !rejected {
+		if !admit(lim, fl, now, p.Token, label, limit) && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
 	}
 	if !rejected {
 		return rejection{}, false
 	}
+	return refused, s.p.rejected(l, refused)
+}
+
+// admit counts an operation on the partition at token against limit (none
+// when 0) and reports whether it is within it, at now on the limiter's
+// clock. With coordination, every operation is counted for the fleet's
+// report and admitted while within the share the fleet's rate leaves
+// (ratelimit.Fleet); the local limiter then decides what the fleet admits,
+// as a defence when the fleet's view is late.
+func admit(lim *ratelimit.Limiter, fl *ratelimit.Fleet, now, token int64, label ratelimit.Label, limit uint32) bool {
+	if limit == 0 {
+		return true
+	}
+	ok := true
+	if fl != nil {
+		ok = fl.Admit(now, token, label, limit)
+		limit = fl.LocalLimit(limit)
+	}
+	return ok && lim.AllowAt(now, token, label, limit) != ratelimit.Reject
+}
+
+// rejected counts the rejection r under l and reports whether to refuse
+// the request: not in a dry run.
+func (p *Proxy) rejected(l *limits, r rejection) bool {
 	outcome := "rejected"
 	if l.dryRun {
 		outcome = "dry_run"
 	}
-	s.p.metrics.rejections.WithLabelValues(refused.table.Keyspace, refused.table.Name, refused.op.String(), outcome).Inc()
-	return refused, !l.dryRun
+	p.metrics.rejections.WithLabelValues(r.table.Keyspace, r.table.Name, r.op.String(), outcome).Inc()
+	return !l.dryRun
 }
 
 // decideHandedOn decides, as decide would have, the hot read e of the
@@ -115,26 +124,14 @@ func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection,
 		e.nCharges = 1
 		rejected = !u.Allow(at, token, label, float64(units))
 	}
-	if limit > 0 {
-		ok := true
-		if fl != nil {
-			ok = fl.Admit(at, token, label, limit)
-			limit = fl.LocalLimit(limit)
-		}
-		if ok {
-			ok = lim.AllowAt(at, token, label, limit) != ratelimit.Reject
-		}
-		rejected = rejected || !ok
+	if !admit(lim, fl, at, token, label, limit) {
+		rejected = true
 	}
 	if !rejected {
 		return rejection{}, false
 	}
-	outcome := "rejected"
-	if l.dryRun {
-		outcome = "dry_run"
-	}
-	s.p.metrics.rejections.WithLabelValues(t.Keyspace, t.Name, OpRead.String(), outcome).Inc()
-	return rejection{table: t, op: OpRead}, !l.dryRun
+	r := rejection{table: t, op: OpRead}
+	return r, s.p.rejected(l, r)
 }
 
 // tableLimits is what decide needs of a table for one operation: its
