@@ -448,9 +448,16 @@ func (s *session) deliver(w waiter, f []byte, read *hotread.Read, kick bool) {
 	s.wakeRequests()
 	idle := s.draining && s.streams.inflight == 0
 	s.mu.Unlock()
+	s.offerAnswer(f, w.stream, kick, idle)
+}
+
+// offerAnswer hands the client, without waiting for room, the answer f to
+// a hot read on stream that the upstream will not answer and that left
+// the stream table, leaving it idle if idle is set.
+func (s *session) offerAnswer(f []byte, stream int16, kick, idle bool) {
 	s.p.inflight.give(1)
 	s.p.metrics.frame(dirResponse, frame.Opcode(f[4]), len(f))
-	s.toClient.Offer(f, w.stream, kick)
+	s.toClient.Offer(f, stream, kick)
 	if idle {
 		// Draining, and this was the last request: the response path ends
 		// on the closed upstream and closes the session once the answer
@@ -476,16 +483,10 @@ func (s *session) handOn(f []byte, stream int16, refused bool) {
 	switch {
 	case f == nil:
 	case refused:
-		s.p.inflight.give(1)
-		s.p.metrics.frame(dirResponse, frame.OpError, len(f))
-		s.toClient.Offer(f, stream, true)
 		s.mu.Lock()
 		idle := s.draining && s.streams.inflight == 0
 		s.mu.Unlock()
-		if idle {
-			// Draining, and this was the last request (see deliver).
-			s.upstream.Close()
-		}
+		s.offerAnswer(f, stream, true, idle)
 	default:
 		s.toUpstream.Offer(f, stream, true)
 	}

@@ -299,21 +299,12 @@ func (s *session) run() {
 // written. Both paths have stopped (run's last step).
 func (s *session) giveBack() {
 	s.leaveClass()
-	var ended []request
 	s.mu.Lock()
 	n := s.streams.inflight
-	s.streams.update(func(r *request) {
-		if r.wrote.kind != wroteNone || r.flight != nil {
-			ended = append(ended, *r)
-			r.flight = nil
-		}
-	})
+	ended, priced := s.takeUnanswered()
 	s.streams.inflight = 0
 	s.mu.Unlock()
-	for _, r := range ended {
-		r.joined = nil
-		s.ended(r)
-	}
+	s.endUnanswered(ended, priced)
 	s.p.inflight.give(n)
 	s.fromClient.Release()
 	s.fromUpstream.Release()
@@ -454,32 +445,46 @@ func (s *session) failInFlight(err error) {
 // nobody is left to answer, and the upstream is not at fault. It is called
 // once the response path has stopped; giveBack returns their slots.
 func (s *session) abandonInFlight() {
-	var ended, priced []request
 	s.mu.Lock()
 	n := s.streams.inflight
+	ended, priced := s.takeUnanswered()
+	s.mu.Unlock()
+	s.endUnanswered(ended, priced)
+	if n > 0 {
+		s.p.metrics.abandoned.Add(float64(n))
+		s.log.Debug().Int("requests", n).Msg("client left with requests in flight")
+	}
+}
+
+// takeUnanswered takes from the stream table what its requests, which
+// will get no answer, still need done: those that lead a flight or may
+// have written, to be ended, and those with a price, to be charged. What
+// it takes it clears, so that nothing is ended or charged twice (the
+// request path may begin more after abandonInFlight looked; giveBack
+// looks again). s.mu is held.
+func (s *session) takeUnanswered() (ended, priced []request) {
 	s.streams.update(func(r *request) {
 		if r.wrote.kind != wroteNone || r.flight != nil {
 			ended = append(ended, *r)
-			// Ended below: its flight is released, nothing else may land
-			// it, and giveBack does not end it again.
 			r.flight, r.wrote = nil, wrote{}
 		}
 		if r.client != nil || r.nCharges > 0 {
 			priced = append(priced, *r)
+			r.client, r.nCharges = nil, 0
 		}
 	})
-	s.mu.Unlock()
-	// Forwarded, so charged, answered or not.
+	return ended, priced
+}
+
+// endUnanswered does for requests that will get no answer what
+// takeUnanswered took them for: they were forwarded, so charged, answered
+// or not; writes may have been applied; and reads that joined a flight
+// they lead must not wait for answers that will not be read.
+func (s *session) endUnanswered(ended, priced []request) {
 	s.chargeUnanswered(priced, s.now())
-	// Writes may have been applied, and reads that joined this client's
-	// must not wait for answers that will not be read.
 	for _, r := range ended {
 		r.joined = nil
 		s.ended(r)
-	}
-	if n > 0 {
-		s.p.metrics.abandoned.Add(float64(n))
-		s.log.Debug().Int("requests", n).Msg("client left with requests in flight")
 	}
 }
 
