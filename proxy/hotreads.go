@@ -559,7 +559,7 @@ func (p *Proxy) expireWaits(stop <-chan struct{}) {
 }
 
 // expireWaits forwards s's reads that waited on an identical one longer
-// than wait.
+// than wait; all of them, with wait negative.
 func (s *session) expireWaits(wait int64) {
 	type late struct {
 		stream int16

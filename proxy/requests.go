@@ -150,6 +150,12 @@ func (s *session) serveRequests() error {
 		if orphaned != nil {
 			s.p.hotReads.orphan(orphaned)
 		}
+		if req.use && s.joined.Load() > 0 {
+			// The reads of this client waiting on others' are forwarded
+			// now, ahead of the USE, if at all: handed on after it, they
+			// would run in the keyspace it sets.
+			s.expireWaits(-1)
+		}
 		if err := s.toUpstream.Write(f); err != nil {
 			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 		}

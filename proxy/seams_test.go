@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
@@ -499,4 +500,61 @@ func TestHotReadLeaderThatLeftAtOnce(t *testing.T) {
 	other.read(1, "USE ks")
 	other.c.SetDeadline(time.Now().Add(5 * time.Second))
 	other.read(2, "SELECT * FROM ks.kv WHERE k = 1")
+}
+
+// A read that joined another connection's flight and is handed on runs
+// where the node is when it is forwarded: a USE the same client pipelined
+// behind it must not reach the node first. Its client sends an unqualified
+// hot read in ks, which joins another's, then USE other; the other client
+// leaves once the USE is answered. (Before, the read was handed on after
+// the USE and answered from other.kv: no rows.)
+func TestHandedOnReadBeforeItsClientsUse(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 1", SlowFor: 300 * time.Millisecond})
+	p := hotProxy(t, node, config.HotReadsTable{Coalesce: true}, nil)
+	use := func(c *rawClient, stream int16, ks string) {
+		c.send(stream, &message.Query{Query: "USE " + ks, Options: readOne})
+		if fr := c.recv(); fr.Header.OpCode != primitive.OpCodeResult {
+			t.Fatalf("USE %s answered %v", ks, fr.Body.Message)
+		}
+	}
+	const read = "SELECT * FROM kv WHERE k = 1"
+	want := func() []byte {
+		c := dialRaw(t, p.cfg.Listen, 4)
+		c.startup(nil)
+		use(c, 1, "ks")
+		return c.read(2, read)
+	}()
+
+	leader := dialRaw(t, p.cfg.Listen, 4)
+	leader.startup(nil)
+	use(leader, 1, "ks")
+	leader.send(2, &message.Query{Query: read, Options: readOne})
+	waitUntil(t, "the leader's read in flight", func() bool { return node.SlowRequests() == 2 })
+
+	c := dialRaw(t, p.cfg.Listen, 4)
+	c.startup(nil)
+	use(c, 1, "ks")
+	coalesced := p.hotServed(t, "coalesced")
+	c.send(2, &message.Query{Query: read, Options: readOne})
+	waitUntil(t, "the read joined the leader's", func() bool { return p.hotServed(t, "coalesced") > coalesced })
+	c.send(3, &message.Query{Query: "USE other", Options: readOne})
+	c.c.SetDeadline(time.Now().Add(10 * time.Second))
+	var got []byte
+	for got == nil {
+		fr := c.recv()
+		switch fr.Header.StreamId {
+		case 3:
+			leader.c.Close() // its flight ends unanswered: the read is handed on
+		case 2:
+			var b bytes.Buffer
+			if err := pframe.NewCodec().EncodeFrame(fr, &b); err != nil {
+				t.Fatal(err)
+			}
+			got = b.Bytes()[9:]
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the read answered %x, want %x (its rows in ks)", got, want)
+	}
 }
