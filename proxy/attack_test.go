@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -512,6 +513,24 @@ func TestVersionNegotiationNotAnError(t *testing.T) {
 // named: a USE the node refuses (Cassandra keeps the keyspace it had)
 // cannot take later unqualified statements out of their table's limits.
 func TestFailedUseKeepsKeyspace(t *testing.T) {
+	addr, pinnedToKs := kvInKsProxy(t)
+	c := dialStub(t, addr)
+	for i, q := range []string{"USE ks", "SELECT v FROM kv WHERE k = 1", "USE refuse", "SELECT v FROM kv WHERE k = 1"} {
+		c.write(stubQuery(int16(i), q))
+		if _, code, msg, err := c.next(); err != nil || (code != 0) != (q == "USE refuse") {
+			t.Fatalf("%q: %#x %q %v", q, code, msg, err)
+		}
+	}
+	if pinned := pinnedToKs(); len(pinned) != 2 || !pinned[0] || !pinned[1] {
+		t.Errorf("SELECT from kv pinned to ks.kv after USE ks, and after a refused USE: %v, want [true true]", pinned)
+	}
+}
+
+// kvInKsProxy serves a proxy in front of a stub node, and returns its
+// address and a function that says, for each request on a table kv it has
+// classified, whether it was pinned to ks.kv.
+func kvInKsProxy(t *testing.T) (string, func() []bool) {
+	t.Helper()
 	node := startStubNode(t, "127.0.0.1:0")
 	var mu sync.Mutex
 	var pinned []bool
@@ -526,17 +545,10 @@ func TestFailedUseKeepsKeyspace(t *testing.T) {
 	cfg.Admin.Listen = ""
 	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
 	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}), WithObserver(observe))
-	c := dialStub(t, addr)
-	for i, q := range []string{"USE ks", "SELECT v FROM kv WHERE k = 1", "USE refuse", "SELECT v FROM kv WHERE k = 1"} {
-		c.write(stubQuery(int16(i), q))
-		if _, code, msg, err := c.next(); err != nil || (code != 0) != (q == "USE refuse") {
-			t.Fatalf("%q: %#x %q %v", q, code, msg, err)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(pinned) != 2 || !pinned[0] || !pinned[1] {
-		t.Errorf("SELECT from kv pinned to ks.kv after USE ks, and after a refused USE: %v, want [true true]", pinned)
+	return addr, func() []bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(pinned)
 	}
 }
 

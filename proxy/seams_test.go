@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -307,20 +306,7 @@ func queryFrame(t *testing.T, stream int16, text string) []byte {
 // another keyspace went unlimited.)
 func TestUsePipelinedWithItsRequests(t *testing.T) {
 	t.Parallel()
-	node := startStubNode(t, "127.0.0.1:0")
-	var mu sync.Mutex
-	var pinned []bool
-	observe := func(c *Classification) {
-		if string(c.Table) == "kv" {
-			mu.Lock()
-			pinned = append(pinned, c.Pinned && string(c.Partitions[0].Table.Keyspace) == "ks")
-			mu.Unlock()
-		}
-	}
-	cfg := config.Default()
-	cfg.Admin.Listen = ""
-	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{node.ln.Addr().String()}
-	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}), WithObserver(observe))
+	addr, pinnedToKs := kvInKsProxy(t)
 	c := dialStub(t, addr)
 	var pipeline []byte
 	pipeline = append(pipeline, stubQuery(1, "USE ks")...)
@@ -333,8 +319,7 @@ func TestUsePipelinedWithItsRequests(t *testing.T) {
 			t.Fatalf("%#x %q %v", code, msg, err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	pinned := pinnedToKs()
 	for i, ok := range pinned {
 		if !ok {
 			t.Errorf("read %d after a pipelined USE ks not classified in ks: %v", i, pinned)
