@@ -267,15 +267,7 @@ request_units: {fixed: 1, per_row: 0, per_kib: 0, per_ms: 0}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			node := startSeamNode(t, "", "")
-			p := frozenProxy(t, `listen: 127.0.0.1:0
-upstreams: [`+node.addr()+`]
-admin: {listen: ""}
-hot_reads:
-  keyspaces:
-    ks:
-      tables:
-        kv: {coalesce: true, hot_rate: 0}
-`+tc.extra)
+			p := frozenProxy(t, hotKvConfig(node.addr())+tc.extra)
 			const read = "SELECT * FROM ks.kv WHERE k = 1"
 			leader := dialStub(t, p.cfg.Listen)
 			leader.write(stubQuery(1, read))
@@ -391,15 +383,7 @@ clients:
 func TestHotReadStartupOptionsNotShared(t *testing.T) {
 	t.Parallel()
 	node := startSeamNode(t, "", "")
-	cfg := parseConfig(t, `listen: 127.0.0.1:0
-upstreams: [`+node.addr()+`]
-admin: {listen: ""}
-hot_reads:
-  keyspaces:
-    ks:
-      tables:
-        kv: {coalesce: true, hot_rate: 0}
-`)
+	cfg := parseConfig(t, hotKvConfig(node.addr()))
 	p, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
 	throws := dialRaw(t, addr, 4)
 	throws.startup(map[string]string{"THROW_ON_OVERLOAD": "1"})
@@ -454,4 +438,18 @@ func TestAbandonedFlightsLeaveTheStreamTable(t *testing.T) {
 		}
 	}()
 	s.clientStall(true)
+}
+
+// hotKvConfig is the configuration of a proxy in front of upstream that
+// coalesces every read of ks.kv.
+func hotKvConfig(upstream string) string {
+	return `listen: 127.0.0.1:0
+upstreams: [` + upstream + `]
+admin: {listen: ""}
+hot_reads:
+  keyspaces:
+    ks:
+      tables:
+        kv: {coalesce: true, hot_rate: 0}
+`
 }
