@@ -9,15 +9,24 @@
 // shares in local memory.
 //
 // In Redis a partition is named by its limiter label and token, never by
-// its key, and counted in one key per wall-clock second, which expires by
-// itself a few seconds later; the proxies' clocks are assumed to agree to
-// within a small part of a second (NTP). A sorted set holds when each proxy
-// last reported, so that each knows how many share the limits.
+// its key, and counted in one key per interval (a bucket, numbered from the
+// Unix epoch), which expires by itself about a second later; the proxies'
+// clocks are assumed to agree to within a small part of an interval (NTP),
+// and every proxy of a fleet has the same interval. A sorted set holds when
+// each proxy last reported, so that each knows how many share the limits.
 //
-// While Redis cannot be reached, shares run out, and each proxy limits with
-// its local Limiter alone: with the whole limit (fallback local), or with
-// the limit divided by the proxies last seen (fallback share). A failed or
-// slow report never holds up a request.
+// A report that fails ends nothing at once: its counts go with the next
+// one, and shares keep their value for a hold time (a second, or three
+// intervals if longer) after the last report that succeeded. Once Redis has
+// been silent for that long, each proxy limits alone: a hot partition at
+// its limit's part for this proxy of what this proxy is offered, the whole
+// limit (fallback local) or the limit divided by the most proxies seen over
+// the last ten seconds (fallback share), through the same shares, so that
+// the local Limiter, kept under its limit while coordinated, releases no
+// burst; other partitions with the local Limiter. When Redis answers again
+// without the counts it held, the buckets it lost are taken at each
+// partition's last known rate. A failed or slow report never holds up a
+// request.
 //
 // Redis is trusted with the limits' accuracy, not with the proxy's memory
 // or availability: its replies are bounded before they are allocated
@@ -32,8 +41,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -68,6 +77,18 @@ type Config struct {
 // of the fleet.
 const proxiesWindow = 3 * time.Second
 
+// proxiesMemory is how long a count of the fleet's proxies is remembered:
+// fallback share divides the limits by the most counted over it, so that a
+// Redis that lost its set of proxies, or the first reports after it comes
+// back, do not leave the limits divided by too few.
+const proxiesMemory = 10 * time.Second
+
+// minHold is the least time shares keep their value after the last report
+// that succeeded; Config.Interval's triple when longer. Until then reports
+// that fail, a loaded host's late one say, end nothing: coordination is
+// lost only when Redis stays silent for as long.
+const minHold = time.Second
+
 // maxProxyRate bounds the operations one proxy can be offered on one
 // partition in a second, and so what it can report of them: over 30 times
 // the fastest a proxy has served all its requests (docs/benchmarks.md,
@@ -83,13 +104,37 @@ type Reporter struct {
 	m     *Metrics
 	id    string
 
-	up      bool
+	// window is the buckets a rate is read from: a second of them.
+	window int64
+	hold   time.Duration
+
+	up bool
+	// lastOK is when a report last succeeded; zero before the first.
+	lastOK time.Time
+	// from is the start of the time the next report's counts cover: the
+	// last report, or an earlier one whose counts a failure gave back.
+	from time.Time
+	// lost says that counts were dropped since the last report that
+	// succeeded, so that Redis does not hold them.
+	lost bool
+	// since is the first bucket whose counts Redis holds in full: the
+	// window's older buckets are taken at each partition's last rate.
+	since int64
+	// proxies is the proxies the last report counted; seen the most
+	// counted in each second of the last proxiesMemory.
 	proxies int
+	seen    [10]struct {
+		sec int64
+		n   int
+	}
+
 	entries []ratelimit.FleetEntry
 	incr    []*redis.IntCmd
-	prev    []*redis.StringCmd
+	counts  []*redis.SliceCmd
+	added   *redis.IntCmd
 	rates   []float64
-	key     []byte
+	keyBuf  []byte
+	keyArgs []string
 }
 
 // New returns a Reporter of f's partitions. Metrics come from NewMetrics,
@@ -107,14 +152,16 @@ func New(cfg Config, f *ratelimit.Fleet, log zerolog.Logger, m *Metrics) *Report
 	return &Reporter{
 		cfg: cfg, fleet: f, log: log, m: m,
 		id:      host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:]),
+		window:  max(2, int64(math.Round(float64(time.Second)/float64(cfg.Interval)))),
+		hold:    max(minHold, 3*cfg.Interval),
 		up:      true, // so that the first failure is logged
 		proxies: 1,
 	}
 }
 
 // Run reports every interval until ctx is done, then closes the client.
-// A report that does not finish within the interval is abandoned: the next
-// one carries fresh counts.
+// A report that does not finish within the interval is abandoned, and its
+// counts go with the next one.
 func (r *Reporter) Run(ctx context.Context) {
 	defer r.cfg.Client.Close()
 	t := time.NewTicker(r.cfg.Interval)
@@ -135,20 +182,29 @@ func (r *Reporter) Report(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Interval)
 	defer cancel()
 	start := time.Now()
-	err := r.report(ctx)
+	now := r.cfg.Now()
+	from := r.from
+	if from.IsZero() || !from.Before(now) {
+		from = now.Add(-r.cfg.Interval)
+	}
+	// A partition is reported once its rate here reaches a twentieth of
+	// its share of the limit: what the fleet's proxies do not report of a
+	// partition is then at most a twentieth of its limit, and admitted on
+	// top of it.
+	interval, proxies := r.cfg.Interval.Seconds(), r.proxies
+	hot := func(limit uint32) uint32 {
+		return max(1, uint32(float64(limit)*interval/float64(20*proxies)))
+	}
+	r.entries = r.fleet.Collect(r.entries[:0], now.UnixNano(), hot, r.cfg.MaxPartitions)
+	r.m.partitions.Set(float64(len(r.entries)))
+	err := r.report(ctx, from, now)
 	r.m.reportSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		r.m.failures.Inc()
-		if r.up {
-			r.log.Warn().Err(err).Bool("share", r.cfg.Share).Msg("coordination lost: limits are local until Redis answers")
-		}
-		r.up = false
-		r.m.up.Set(0)
-		if r.cfg.Share {
-			r.fleet.SetDivisor(uint32(r.proxies))
-		}
+		r.failed(err, from, now)
 		return
 	}
+	r.from = now
+	r.lastOK = now
 	if !r.up {
 		r.log.Info().Int("proxies", r.proxies).Msg("coordination restored: limits hold for the fleet")
 	}
@@ -157,124 +213,221 @@ func (r *Reporter) Report(ctx context.Context) {
 	r.fleet.SetDivisor(1)
 }
 
-func (r *Reporter) report(ctx context.Context) error {
-	now := r.cfg.Now()
-	interval := r.cfg.Interval.Seconds()
-	proxies := r.proxies
-	// A partition is reported once its rate here reaches a twentieth of
-	// its share of the limit: what the fleet's proxies do not report of a
-	// partition is then at most a twentieth of its limit, and admitted on
-	// top of it.
-	hot := func(limit uint32) uint32 {
-		return max(1, uint32(float64(limit)*interval/float64(20*proxies)))
+// failed follows a report that failed with err, whose counts covered from
+// to now. The counts go with the next report, unless they would make it
+// cover more than three intervals. Shares keep their value for the hold
+// time after the last report that succeeded; past it, coordination is
+// lost, and each hot partition is admitted at its limit's part for this
+// proxy (the whole limit, or its share under fallback share) of what this
+// proxy is offered: the local Limiter, which the shares kept under its
+// limit, then holds no burst to let through.
+func (r *Reporter) failed(err error, from, now time.Time) {
+	r.m.failures.Inc()
+	if now.Sub(from) < 3*r.cfg.Interval {
+		for _, e := range r.entries {
+			r.fleet.Return(e)
+		}
+		r.from = from
+	} else {
+		r.from, r.lost = now, true
 	}
-	r.entries = r.fleet.Collect(r.entries[:0], now.UnixNano(), hot, r.cfg.MaxPartitions)
-	r.m.partitions.Set(float64(len(r.entries)))
+	if !r.lastOK.IsZero() && now.Sub(r.lastOK) < r.hold {
+		return
+	}
+	if r.up {
+		r.log.Warn().Err(err).Bool("share", r.cfg.Share).Msg("coordination lost: limits are local until Redis answers")
+	}
+	r.up = false
+	r.m.up.Set(0)
+	divisor := 1
+	if r.cfg.Share {
+		divisor = r.mostProxies(now)
+		r.fleet.SetDivisor(uint32(divisor))
+	}
+	span := now.Sub(from).Seconds()
+	until := now.Add(3 * r.cfg.Interval).UnixNano()
+	for _, e := range r.entries {
+		own := float64(e.Hits) / span
+		r.fleet.Set(e, share(float64(e.Limit)/float64(divisor), own), until)
+	}
+}
 
-	sec := now.Unix()
+// share is the part of rate to admit to keep it within limit.
+func share(limit, rate float64) float64 {
+	if rate > limit {
+		return limit / rate
+	}
+	return 1
+}
+
+// mostProxies returns the most proxies counted in a second of the last
+// proxiesMemory, at least 1.
+func (r *Reporter) mostProxies(now time.Time) int {
+	n := 1
+	for _, s := range r.seen {
+		if now.Unix()-s.sec < int64(len(r.seen)) {
+			n = max(n, s.n)
+		}
+	}
+	return n
+}
+
+// bucket returns the bucket of the counts of time t: buckets are an
+// interval long, numbered from the Unix epoch, the same for every proxy
+// of a fleet (which share one interval).
+func (r *Reporter) bucket(t time.Time) int64 {
+	return t.UnixNano() / int64(r.cfg.Interval)
+}
+
+// report reports the counts of r.entries, offered from from to now, and
+// sets their shares.
+//
+// The counts go to the bucket of the middle of the time they cover, and a
+// partition's rate is read from the second of buckets that ends two
+// buckets before now's: each proxy has put one report's counts in each of
+// them, and every proxy has reported (at least half an interval ago) all
+// it will put in them, whatever the phase of its reports in the interval.
+// A window that also took the latest buckets would hold more or less than
+// a second of some proxies' counts, depending on whether they had reported
+// yet in the current one, and err by up to an interval's worth.
+func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
+	at := r.bucket(from.Add(now.Sub(from) / 2))
+	last := r.bucket(now) - 2
+	first := last - r.window + 1
 	pipe := r.cfg.Client.Pipeline()
 	members := r.cfg.KeyPrefix + "proxies"
 	ms := now.UnixMilli()
-	pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
+	r.added = pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
 	pipe.ZRemRangeByScore(ctx, members, "-inf", strconv.FormatInt(ms-proxiesWindow.Milliseconds(), 10))
 	// A proxy's score is when it reported: one from the future is none a
 	// proxy wrote, and would stay in the set.
 	count := pipe.ZCount(ctx, members, "-inf", strconv.FormatInt(ms+proxiesWindow.Milliseconds(), 10))
 	pipe.PExpire(ctx, members, 2*proxiesWindow)
-	r.incr, r.prev = r.incr[:0], r.prev[:0]
+	r.incr, r.counts = r.incr[:0], r.counts[:0]
 	for _, e := range r.entries {
-		cur, prev := r.keys(e, sec)
-		r.incr = append(r.incr, pipe.IncrBy(ctx, cur, int64(e.Hits)))
-		pipe.PExpire(ctx, cur, 3*time.Second)
-		r.prev = append(r.prev, pipe.Get(ctx, prev))
-	}
-	// Exec reports the first error of all, and a partition new this second
-	// has no count for the last one (redis.Nil): look at each command, so
-	// that such a partition hides no failure behind it.
-	cmds, err := pipe.Exec(ctx)
-	if errors.Is(err, redis.Nil) {
-		err = nil
-		for _, c := range cmds {
-			if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
-				err = e
-				break
-			}
+		k := r.key(e, at)
+		r.incr = append(r.incr, pipe.IncrBy(ctx, k, int64(e.Hits)))
+		pipe.PExpire(ctx, k, time.Duration(r.window+3)*r.cfg.Interval)
+		args := r.keyArgs[:0]
+		for b := first; b <= last; b++ {
+			args = append(args, r.key(e, b))
 		}
+		r.keyArgs = args
+		r.counts = append(r.counts, pipe.MGet(ctx, args...))
 	}
-	if err != nil {
+	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("reporting %d partitions: %w", len(r.entries), err)
 	}
 	if n, err := count.Result(); err == nil && n > 0 {
 		r.proxies = int(n)
 		r.m.proxies.Set(float64(n))
+		s := &r.seen[now.Unix()%int64(len(r.seen))]
+		if s.sec != now.Unix() {
+			s.sec, s.n = now.Unix(), 0
+		}
+		s.n = max(s.n, int(n))
 	}
-	// The fleet's rate over the last second: what was reported in this
-	// second so far, and the part of what was reported in the last one that
-	// a sliding second still covers. Counts are keyed by when they were
-	// reported, so each proxy's are late by up to an interval, but the
-	// window holds a second's worth of every proxy's reports all the same.
-	frac := float64(now.Nanosecond()) / 1e9
-	if err := r.rate(frac, sec); err != nil {
+	// This proxy's counts are missing from Redis when it dropped some, or
+	// when Redis no longer knew it though it reported within the window
+	// that keeps it: a Redis that lost its data, restarted empty say. The
+	// buckets before this report's are then read at each partition's last
+	// known rate, so that the shares go on from it rather than from an
+	// empty history.
+	since := r.since
+	if r.lost || (r.added.Val() == 1 && !r.lastOK.IsZero() && now.Sub(r.lastOK) < proxiesWindow) {
+		since = at
+	}
+	if err := r.rate(at, first, since, now.Sub(from)); err != nil {
 		return err
 	}
-	until := now.Add(max(3*r.cfg.Interval, 300*time.Millisecond)).UnixNano()
+	r.since, r.lost = since, false
+	until := now.Add(r.hold + 2*r.cfg.Interval).UnixNano()
 	for i, e := range r.entries {
-		share := 1.0
-		if rate := r.rates[i]; rate > float64(e.Limit) {
-			share = float64(e.Limit) / rate
-		}
-		r.fleet.Set(e, share, until)
+		r.fleet.Remember(e, r.rates[i])
+		r.fleet.Set(e, share(float64(e.Limit), r.rates[i]), until)
 	}
 	return nil
 }
 
-// rate sets rates to the fleet's rate of each partition reported, from its
-// counts in second sec and the one before, frac of sec past. Counts that no
-// fleet could have written fail the report, as if Redis could not be
-// reached, rather than have the fleet refuse a partition nearly whole (a
-// huge count) or admit it as if uncoordinated (a negative one): a count
-// under 0, or not a number, under what this report just added to it (a
-// count only grows), or over what the proxies seen could have reported in
-// a second (each, what it was offered in the second and at most one
-// interval, 500 ms, before it).
-func (r *Reporter) rate(frac float64, sec int64) error {
-	most := 2 * int64(r.proxies) * maxProxyRate
+// rate sets rates to the fleet's rate of each partition reported in bucket
+// at, from its counts in the window's buckets, the first of which is first, and for
+// buckets before since, its last known rate (or, if none is known, this
+// proxy's rate over span times the proxies seen). Counts that no fleet
+// could have written fail the report, as if Redis could not be reached,
+// rather than have the fleet refuse a partition nearly whole (a huge count)
+// or admit it as if uncoordinated (a negative one): a count under 0, or not
+// a number, under what this report just added to it (a count only grows),
+// or over what the proxies seen could have reported in a bucket (each,
+// what it was offered over at most four intervals).
+func (r *Reporter) rate(at, first, since int64, span time.Duration) error {
+	most := int64(float64(4*r.proxies*maxProxyRate) * r.cfg.Interval.Seconds())
 	var bad error
+	implausible := func(e ratelimit.FleetEntry, b int64, v any) {
+		r.m.implausible.Inc()
+		if bad == nil {
+			bad = fmt.Errorf("counts no fleet of %d proxies could have written: %s is %v, this report added %d",
+				r.proxies, r.key(e, b), v, e.Hits)
+		}
+	}
 	r.rates = r.rates[:0]
 	for i, e := range r.entries {
-		cur, err := r.incr[i].Result()
-		prev, perr := r.prev[i].Int64()
-		if errors.Is(perr, redis.Nil) {
-			prev, perr = 0, nil
+		if cur, err := r.incr[i].Result(); err == nil && (cur < int64(e.Hits) || cur > most) {
+			implausible(e, at, cur)
 		}
-		if err == nil && (perr != nil || cur < int64(e.Hits) || cur > most || prev < 0 || prev > most) {
-			r.m.implausible.Inc()
-			if bad == nil {
-				kc, kp := r.keys(e, sec)
-				bad = fmt.Errorf("counts no fleet of %d proxies could have written: %s is %d after adding %d, %s is %q",
-					r.proxies, kc, cur, e.Hits, kp, r.prev[i].Val())
+		// A partition that no proxy reported in the window's first
+		// buckets turned hot since: its rate is over the buckets from the
+		// first that holds a count, not over a second it was not hot for.
+		sum, missing, empty := 0.0, 0, 0
+		for j, v := range r.counts[i].Val() {
+			b := first + int64(j)
+			var n int64
+			if v != nil {
+				s, ok := v.(string)
+				var err error
+				if n, err = strconv.ParseInt(s, 10, 64); !ok || err != nil || n < 0 || n > most {
+					implausible(e, b, v)
+					continue
+				}
+			}
+			switch {
+			case b < since:
+				// What Redis holds of it came after it lost the rest.
+				missing++
+			case v == nil && sum == 0 && missing == 0:
+				empty++
+			default:
+				sum += float64(n)
 			}
 		}
-		r.rates = append(r.rates, float64(cur)+float64(prev)*(1-frac))
+		if missing > 0 {
+			last := float64(e.Rate)
+			if last == 0 {
+				last = float64(e.Hits) / span.Seconds() * float64(r.proxies)
+			}
+			sum += last * float64(missing) * r.cfg.Interval.Seconds()
+		}
+		rate := 0.0
+		if empty < int(r.window) {
+			rate = sum / (float64(int(r.window)-empty) * r.cfg.Interval.Seconds())
+		}
+		r.rates = append(r.rates, rate)
 	}
 	return bad
 }
 
-// keys returns the keys of a partition's counts in second sec and the one
-// before: prefix{label:token}:second, the braces keeping both in one Redis
-// Cluster slot.
-func (r *Reporter) keys(e ratelimit.FleetEntry, sec int64) (cur, prev string) {
-	k := append(r.key[:0], r.cfg.KeyPrefix...)
+// key returns the key of a partition's counts in bucket b:
+// prefix{label:token}:bucket, the braces keeping a partition's keys in one
+// Redis Cluster slot.
+func (r *Reporter) key(e ratelimit.FleetEntry, b int64) string {
+	k := append(r.keyBuf[:0], r.cfg.KeyPrefix...)
 	k = append(k, '{')
 	k = strconv.AppendUint(k, uint64(e.Label), 16)
 	k = append(k, ':')
 	k = strconv.AppendInt(k, e.Token, 16)
 	k = append(k, "}:"...)
-	n := len(k)
-	cur = string(strconv.AppendInt(k, sec, 10))
-	prev = string(strconv.AppendInt(k[:n], sec-1, 10))
-	r.key = k
-	return cur, prev
+	k = strconv.AppendInt(k, b, 10)
+	r.keyBuf = k
+	return string(k)
 }
 
 // Metrics are a Reporter's metrics, registered once for the process.

@@ -77,10 +77,16 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 		t.Cleanup(func() { writer.Close() })
 	}
 	poison := func(r *Reporter) {
-		cur, prev := r.keys(ratelimit.FleetEntry{Token: 42, Label: 7}, now.Unix())
-		for _, kv := range [][2]string{{cur, s.poisonCur}, {prev, s.poisonPrev}} {
-			if kv[1] != "" {
-				if err := writer.Set(context.Background(), kv[0], kv[1], 0).Err(); err != nil {
+		// The buckets the next report writes to and reads, as poisonCur
+		// and poisonPrev.
+		e, b := ratelimit.FleetEntry{Token: 42, Label: 7}, r.bucket(now)
+		for i := b - r.window - 1; i <= b; i++ {
+			v := s.poisonPrev
+			if i >= b-1 {
+				v = s.poisonCur
+			}
+			if v != "" {
+				if err := writer.Set(context.Background(), r.key(e, i), v, 0).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -247,7 +253,7 @@ func TestProxiesFromTheFuture(t *testing.T) {
 // prefix "cqlguard:": the fleet's commands on its own keys and nothing
 // else (HELLO and AUTH are always allowed).
 const aclUser = "ACL SETUSER cqlguard on >%s resetkeys ~cqlguard:* resetchannels -@all " +
-	"+zadd +zremrangebyscore +zcount +pexpire +incrby +get +cluster|slots"
+	"+zadd +zremrangebyscore +zcount +pexpire +incrby +mget +cluster|slots"
 
 // TestReporterACLUser: the ACL user of docs/scale-out.md reports to a
 // Redis and to a Redis Cluster (ACL users are per node), and may touch no
@@ -306,16 +312,18 @@ func TestReporterACLUser(t *testing.T) {
 	}
 }
 
-// TestReporterFallback: a Redis that stops answering makes the reporter
-// say so (metric, one log line), share the limit when asked to, and pick up
-// again once Redis answers.
+// TestReporterFallback: a Redis that stops answering ends coordination only
+// once it has been silent for the hold time; the reporter then says so
+// (metric, one log line), shares the limit when asked to, and picks up again
+// once Redis answers.
 func TestReporterFallback(t *testing.T) {
 	addr := redistest.Start(t)
 	var log strings.Builder
 	f := ratelimit.NewFleet(64)
 	m := NewMetrics(prometheus.NewRegistry())
+	now := time.Now()
 	r := New(Config{Client: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond, Dialer: NewDialer(100*time.Millisecond, nil)}),
-		KeyPrefix: "test:fallback:", Interval: 100 * time.Millisecond, Share: true}, f,
+		KeyPrefix: "test:fallback:", Interval: 100 * time.Millisecond, Share: true, Now: func() time.Time { return now }}, f,
 		zerolog.New(&log), m)
 	defer r.cfg.Client.Close()
 	ctx := context.Background()
@@ -323,9 +331,14 @@ func TestReporterFallback(t *testing.T) {
 	if testutil.ToFloat64(m.up) != 1 {
 		t.Fatalf("coordination not up: %s", log.String())
 	}
-	r.proxies = 4 // as if three others had reported
+	r.seen[now.Unix()%int64(len(r.seen))].n = 4 // as if three others had reported
 	redistest.Stop(t, addr)
+	now = now.Add(r.hold - time.Millisecond)
 	r.Report(ctx)
+	if testutil.ToFloat64(m.up) != 1 || f.LocalLimit(100) != 100 {
+		t.Errorf("a report failed within the hold time: up %v, local limit %d, want up and 100", testutil.ToFloat64(m.up), f.LocalLimit(100))
+	}
+	now = now.Add(time.Millisecond)
 	r.Report(ctx)
 	if testutil.ToFloat64(m.up) != 0 || testutil.ToFloat64(m.failures) != 2 {
 		t.Errorf("up %v, failures %v", testutil.ToFloat64(m.up), testutil.ToFloat64(m.failures))
@@ -336,6 +349,7 @@ func TestReporterFallback(t *testing.T) {
 	redistest.Restart(t, addr)
 	deadline := time.Now().Add(5 * time.Second)
 	for testutil.ToFloat64(m.up) != 1 && time.Now().Before(deadline) {
+		now = now.Add(100 * time.Millisecond)
 		r.Report(ctx)
 	}
 	if testutil.ToFloat64(m.up) != 1 || f.LocalLimit(100) != 100 {
@@ -501,7 +515,8 @@ func TestReportFailsOnAnyCommand(t *testing.T) {
 			f.Admit(0, int64(tok), 7, 10)
 		}
 	}
-	bad, _ := r.keys(ratelimit.FleetEntry{Token: 1, Label: 7}, now.Unix())
+	// The bucket of the middle of the interval the first report covers.
+	bad := r.key(ratelimit.FleetEntry{Token: 1, Label: 7}, r.bucket(now.Add(-50*time.Millisecond)))
 	if err := c.RPush(context.Background(), bad, "x").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,10 @@ type fleetEntry struct {
 	// operation is admitted when it reaches one, so that a share of 1/5
 	// admits exactly every fifth operation rather than a random fifth.
 	credit atomic.Uint32
-	_      [40]byte // one entry per cache line: hot partitions do not share
+	// rate is the fleet's rate of the partition last remembered, per
+	// second; 0 when none is known.
+	rate atomic.Uint32
+	_    [36]byte // one entry per cache line: hot partitions do not share
 }
 
 // one is 1 in 16.16 fixed point.
@@ -122,6 +125,7 @@ func (f *Fleet) Admit(now int64, token int64, label Label, limit uint32) bool {
 			e.limit.Store(limit)
 			e.admit.Store(0)
 			e.credit.Store(0)
+			e.rate.Store(0)
 			e.hits.Store(1)
 			b.keys[i].Store(want)
 			return true
@@ -160,6 +164,9 @@ type FleetEntry struct {
 	Limit uint32
 	// Hits is the operations offered to it since the last Collect.
 	Hits uint32
+	// Rate is the fleet's rate of it last given to Remember, per second;
+	// 0 when none is known.
+	Rate uint32
 	slot uint32
 }
 
@@ -192,7 +199,7 @@ func (f *Fleet) Collect(dst []FleetEntry, now int64, min func(limit uint32) uint
 				b.keys[i].CompareAndSwap(k, 0)
 				continue
 			}
-			dst = append(dst, FleetEntry{Token: b.tokens[i].Load(), Label: Label(k >> 32), Limit: limit, Hits: hits, slot: slot})
+			dst = append(dst, FleetEntry{Token: b.tokens[i].Load(), Label: Label(k >> 32), Limit: limit, Hits: hits, Rate: e.rate.Load(), slot: slot})
 		}
 	}
 	got := dst[start:]
@@ -203,14 +210,20 @@ func (f *Fleet) Collect(dst []FleetEntry, now int64, min func(limit uint32) uint
 	return dst
 }
 
+// owns reports whether e's slot still holds e's partition: it may have
+// been taken by another since Collect returned e.
+func (f *Fleet) owns(e FleetEntry) bool {
+	b := &f.buckets[e.slot/4]
+	i := e.slot % 4
+	return b.keys[i].Load() == uint64(e.Label)<<32|keyUsed && b.tokens[i].Load() == e.Token
+}
+
 // Set gives the partition of an entry Collect returned the share of its
 // operations to admit (0 to 1) until the caller's clock reads until
 // (nanoseconds). The entry may have been taken by another partition since:
 // Set checks, and then does nothing.
 func (f *Fleet) Set(e FleetEntry, share float64, until int64) {
-	b := &f.buckets[e.slot/4]
-	i := e.slot % 4
-	if b.keys[i].Load() != uint64(e.Label)<<32|keyUsed || b.tokens[i].Load() != e.Token {
+	if !f.owns(e) {
 		return
 	}
 	s := uint64(one)
@@ -219,6 +232,23 @@ func (f *Fleet) Set(e FleetEntry, share float64, until int64) {
 		s = uint64(math.Ceil(max(share, 0) * one))
 	}
 	f.entries[e.slot].admit.Store(s<<32 | uint64(uint32(until/1e6)))
+}
+
+// Remember keeps rate, the fleet's rate of the partition of an entry
+// Collect returned, for Collect to report with it while the partition is
+// tracked.
+func (f *Fleet) Remember(e FleetEntry, rate float64) {
+	if f.owns(e) {
+		f.entries[e.slot].rate.Store(uint32(min(max(rate, 0), math.MaxUint32)))
+	}
+}
+
+// Return gives back the hits of an entry Collect returned, so that the next
+// Collect counts them again: what a report that failed did not deliver.
+func (f *Fleet) Return(e FleetEntry) {
+	if f.owns(e) {
+		f.entries[e.slot].hits.Add(e.Hits)
+	}
 }
 
 // LocalLimit is the limit a local Limiter applies to a partition whose
