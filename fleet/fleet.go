@@ -59,6 +59,13 @@ type Config struct {
 	// Client is the Redis client, standalone or cluster; the Reporter
 	// closes it when Run returns.
 	Client redis.UniversalClient
+	// Redial, when not nil, returns a new client of the same Redis. While
+	// coordination is lost, each report that fails replaces the client
+	// with one from Redial (closing the old), so that the next report dials
+	// Redis again: a go-redis client whose dials failed tries again only
+	// once a second, and a fleet whose fallback admits more than the limit
+	// would go on admitting it for that long after Redis is back.
+	Redial func() (redis.UniversalClient, error)
 	// KeyPrefix starts every key.
 	KeyPrefix string
 	// Interval is the time between reports.
@@ -243,6 +250,12 @@ func (r *Reporter) failed(err error, from, now time.Time) {
 	if r.cfg.Share {
 		divisor = r.mostProxies(now)
 		r.fleet.SetDivisor(uint32(divisor))
+	}
+	if r.cfg.Redial != nil {
+		if c, err := r.cfg.Redial(); err == nil {
+			r.cfg.Client.Close()
+			r.cfg.Client = c
+		}
 	}
 	span := now.Sub(from).Seconds()
 	until := now.Add(3 * r.cfg.Interval).UnixNano()

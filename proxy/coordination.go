@@ -78,6 +78,7 @@ func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
 	}
 	r := fleet.New(fleet.Config{
 		Client:        client,
+		Redial:        func() (redis.UniversalClient, error) { return redisClient(cfg) },
 		KeyPrefix:     cfg.KeyPrefix,
 		Interval:      time.Duration(cfg.SyncInterval),
 		Share:         cfg.Fallback == config.FallbackShare,
@@ -114,8 +115,8 @@ func (p *Proxy) stopCoordination() {
 
 // redisClient returns a client for the Redis of cfg. It connects lazily:
 // a Redis that is down is a failed report, not a failed start. Every
-// operation is bounded by the sync interval, and none is retried, so that
-// a report never runs into the next one.
+// operation is bounded by the sync interval, and none is retried, nor a
+// dial, so that a report never runs into the next one.
 func redisClient(cfg config.CoordinationConfig) (redis.UniversalClient, error) {
 	password, err := cfg.Password()
 	if err != nil {
@@ -139,12 +140,12 @@ func redisClient(cfg config.CoordinationConfig) (redis.UniversalClient, error) {
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: cfg.Addresses, Username: cfg.Username, Password: password, TLSConfig: conf, Dialer: dial,
 			DialTimeout: dialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
-			MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true,
+			MaxRetries: -1, DialerRetries: 1, PoolSize: 4, ContextTimeoutEnabled: true,
 		}), nil
 	}
 	return redis.NewClient(&redis.Options{
 		Addr: cfg.Addresses[0], Username: cfg.Username, Password: password, TLSConfig: conf, Dialer: dial,
 		DialTimeout: dialTimeout, ReadTimeout: timeout, WriteTimeout: timeout,
-		MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true,
+		MaxRetries: -1, DialerRetries: 1, PoolSize: 4, ContextTimeoutEnabled: true,
 	}), nil
 }

@@ -126,6 +126,7 @@ limits:
 // cqlguardProcess is a cqlguard process a test started.
 type cqlguardProcess struct {
 	addr, admin string
+	log         string // the file it logs to
 	stop        func() // ends it, once; the test's cleanup does too
 }
 
@@ -148,7 +149,8 @@ func startCqlguard(t *testing.T, bin string, text func(addr, admin string) strin
 	if err := os.WriteFile(path, []byte(text(p.addr, p.admin)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.Create(filepath.Join(dir, "cqlguard.log"))
+	p.log = filepath.Join(dir, "cqlguard.log")
+	logFile, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"gopkg.in/yaml.v3"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/test/redistest"
 )
@@ -37,7 +38,7 @@ func TestPrometheus(t *testing.T) {
 	bin := buildCqlguard(t)
 	node := startFakeNode(t)
 	const limit = 50
-	p := startScaleOutProxy(t, bin, node.Addr(), ratelimit.AlgorithmTokenBucket, limit, redisAddr,
+	p := startScaleOutProxy(t, bin, node.Addr(), ratelimit.AlgorithmTokenBucket, config.FallbackLocal, limit, redisAddr,
 		fmt.Sprintf("prometheus:%d:", time.Now().UnixNano()))
 	prom := startPrometheus(t, p.admin)
 
