@@ -54,7 +54,8 @@ type ControllerConfig struct {
 	// started it stops only when the node is back near its usual, instead
 	// of settling where the node is slow but not slow enough to rise,
 	// letting a share of a tier through that keeps it so. Once every tier
-	// that may be shed is shed entirely it holds there. DefaultRatioRecover.
+	// that may be shed is shed entirely it holds there, and so does
+	// shedding not yet confirmed an overload (Confirm). DefaultRatioRecover.
 	RatioRecover float64
 	// Floor is the short-term quantile (Reading.Short) under which the
 	// node is not slow, whatever its ratio: a node that answers within it
@@ -358,15 +359,17 @@ func (c *Controller) Update(now int64, r Reading, queueOver bool) {
 	// the pressure up.
 	partly := c.pressure > 0 && c.pressure < c.inUse
 	clear := ratioOK && !fast && ratio < c.cfg.RatioBelow || queueOver
-	slow := clear || ratioOK && !fast && partly && ratio < c.cfg.RatioRecover
+	// The band goes on rising only what an overload started: what may
+	// still be a false start holds there, as a blip's tail passes through
+	// it on its way back.
+	slow := clear || c.confirmed && ratioOK && !fast && partly && ratio < c.cfg.RatioRecover
 	well := !ratioOK || fast || ratio >= c.cfg.RatioRecover
 	switch {
 	case slow:
 		if c.pressure == 0 {
 			c.confirmed = c.hadFalse && now-c.falseEnd < int64(c.cfg.Fall)
 		}
-		// Only a clear slowdown confirms: the band goes on rising what
-		// one started, and would stretch a blip.
+		// Only a clear slowdown confirms: the band would stretch a blip.
 		if clear {
 			c.unhealthy += dt
 		}

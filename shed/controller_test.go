@@ -443,9 +443,12 @@ func TestControllerBackoff(t *testing.T) {
 }
 
 // TestControllerBand checks the band between RatioBelow and RatioRecover:
-// a node in it is not shed for, but once shedding has started it goes on
-// rising there while a tier is partly let through, holds once every tier
-// is shed entirely, and falls when the node is back near its usual.
+// a node in it is not shed for, shedding not yet confirmed an overload
+// holds there, but once it is it goes on rising there while a tier is
+// partly let through, holds once every tier is shed entirely, and falls
+// when the node is back near its usual. (The slowdown lasts Confirm
+// before the band: a shorter one may be a blip's, which the band would
+// stretch.)
 func TestControllerBand(t *testing.T) {
 	t.Parallel()
 	c := newController(t, ControllerConfig{Tiers: []int{0, 3, 5}})
@@ -463,11 +466,17 @@ func TestControllerBand(t *testing.T) {
 	run(time.Second, 0.3)
 	p := c.Pressure()
 	run(time.Second, 0.6)
+	if q := c.Pressure(); q != p {
+		t.Fatalf("pressure %v after a second in the band, from %v, not yet an overload: want it held", q, p)
+	}
+	run(time.Second, 0.3)
+	p = c.Pressure()
+	run(time.Second, 0.6)
 	if q := c.Pressure(); q < p+0.45 {
 		t.Fatalf("pressure %v after a second in the band, from %v: want it rising", q, p)
 	}
 	// Every tier shed entirely: the band holds, for nothing more can be.
-	run(2*time.Second, 0.3)
+	run(time.Second, 0.3)
 	p = c.Pressure()
 	if p < 2 {
 		t.Fatalf("pressure %v after 4 s slow, want both tiers shed", p)
@@ -509,6 +518,7 @@ func TestControllerFloorAndConfirm(t *testing.T) {
 		{"under the floor", []seg{{5 * time.Second, fastSlow, false}}, 0, 0},
 		{"over the floor", []seg{{time.Second, slow, false}}, 0.45, 0.55},
 		{"overload reaches a tier in a rise", []seg{{2100 * time.Millisecond, overload, false}}, 1, 1.1},
+		{"unconfirmed holds in the band", []seg{{time.Second, slow, false}, {time.Second, band, false}}, 0.45, 0.55},
 		{"blip ends at once", []seg{{time.Second, slow, false}, {100 * time.Millisecond, well, false}}, 0, 0},
 		{"blip through the band ends at once", []seg{{time.Second, slow, false}, {time.Second, band, false}, {100 * time.Millisecond, well, false}}, 0, 0},
 		{"blip ends when the node is fast again", []seg{{time.Second, slow, false}, {100 * time.Millisecond, fastSlow, false}}, 0, 0},
