@@ -41,7 +41,8 @@ type SheddingConfig struct {
 	MinSamples  int      `yaml:"min_samples"`
 	// RatioBelow is the ratio under which shedding rises, RatioRecover
 	// the one from which it falls; between them none starts, and shedding
-	// under way rises while a tier is partly let through.
+	// under way that counts as an overload (Confirm) rises while a tier is
+	// partly let through.
 	RatioBelow   float64 `yaml:"ratio_below"`
 	RatioRecover float64 `yaml:"ratio_recover"`
 	// LatencyFloor is the short-term quantile under which a node is not
