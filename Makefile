@@ -91,8 +91,14 @@ classes: build
 # single-row reads (tier 0) alone, then with a batch class of
 # whole-partition reads (tier 5) at a light rate the node answers easily,
 # then with the batch class saturating the node, once through a cqlguard
-# without shedding and once through one with it. It prints the figures and
-# writes docs/shedding.png; about 3.5 minutes once Cassandra is up.
+# without shedding and once through one with it. It prints the figures
+# (among them how long after the heavy batch began its tier was shed
+# entirely) and writes docs/shedding.png; about 3.5 minutes once Cassandra
+# is up. SHEDDINGFLAGS adds flags: '-json FILE' (each second's figures),
+# '-trace FILE' (the controller's updates, as shed.ReadTrace reads them);
+# a healthy node with the light batch for ten minutes, without the heavy
+# phase or the half without shedding:
+#   make shedding SHEDDINGFLAGS='-light-only -light-phase 10m'
 shedding: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bash test/cassandra/cassandra.sh start

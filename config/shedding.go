@@ -41,9 +41,18 @@ type SheddingConfig struct {
 	MinSamples  int      `yaml:"min_samples"`
 	// RatioBelow is the ratio under which shedding rises, RatioRecover
 	// the one from which it falls; between them none starts, and shedding
-	// under way rises while a tier is partly let through.
+	// under way that counts as an overload (Confirm) rises while a tier is
+	// partly let through.
 	RatioBelow   float64 `yaml:"ratio_below"`
 	RatioRecover float64 `yaml:"ratio_recover"`
+	// LatencyFloor is the short-term quantile under which a node is not
+	// slow, whatever its ratio; 1ns: the ratio alone decides.
+	LatencyFloor Duration `yaml:"latency_floor"`
+	// Confirm is how long the signals must be clearly unhealthy (the
+	// ratio under RatioBelow, or the queue standing) before shedding
+	// counts as an overload; shedding healthy again sooner was a false
+	// start and ends at once, instead of falling over Fall.
+	Confirm Duration `yaml:"confirm"`
 	// QueueTarget and QueueInterval: a queue stands when no request of an
 	// interval waited inside the proxy (for max_in_flight) less than the
 	// target.
@@ -85,6 +94,7 @@ func (c SheddingConfig) Queue() shed.QueueConfig {
 // that carry traffic.
 func (c SheddingConfig) Controller(tiers []int) shed.ControllerConfig {
 	return shed.ControllerConfig{RatioBelow: c.RatioBelow, RatioRecover: c.RatioRecover,
+		Floor: time.Duration(c.LatencyFloor), Confirm: time.Duration(c.Confirm),
 		Rise: time.Duration(c.Rise), Fall: time.Duration(c.Fall), Tiers: tiers}
 }
 
@@ -133,6 +143,8 @@ func (c *SheddingConfig) validate(ps *problems) {
 		{"queue_interval", queue(func(q *shed.QueueConfig) { q.Interval = time.Duration(c.QueueInterval) })},
 		{"ratio_below", ctl(func(k *shed.ControllerConfig) { k.RatioBelow = c.RatioBelow })},
 		{"ratio_recover", ctl(func(k *shed.ControllerConfig) { k.RatioRecover = c.RatioRecover })},
+		{"latency_floor", ctl(func(k *shed.ControllerConfig) { k.Floor = time.Duration(c.LatencyFloor) })},
+		{"confirm", ctl(func(k *shed.ControllerConfig) { k.Confirm = time.Duration(c.Confirm) })},
 		{"rise", ctl(func(k *shed.ControllerConfig) { k.Rise = time.Duration(c.Rise) })},
 		{"fall", ctl(func(k *shed.ControllerConfig) { k.Fall = time.Duration(c.Fall) })},
 	} {

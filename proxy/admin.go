@@ -18,10 +18,11 @@ import (
 )
 
 // AdminHandler serves /metrics from g, /healthz (the process is up),
-// /readyz (an upstream node answers, and the proxy is not draining) and
-// /hot (the busiest partitions now, as JSON). Every path answers GET and
+// /readyz (an upstream node answers, and the proxy is not draining),
+// /hot (the busiest partitions now, as JSON) and /shed/trace (a node's
+// last shedding updates, as text). Every path answers GET and
 // HEAD only. /hot shows user data (partition keys, with admin.show_keys)
-// and asks for the bearer token of admin.token_file or admin.token_env
+// and, like /shed/trace, asks for the bearer token of admin.token_file or admin.token_env
 // when one is set; the others stay open for probes and scrapers. With
 // admin.profiling, /debug/pprof/ serves Go's profiles, behind the token too.
 func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
@@ -31,6 +32,7 @@ func (p *Proxy) AdminHandler(g prometheus.Gatherer) http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("/hot", p.withToken(http.HandlerFunc(p.serveHot)))
+	mux.Handle("/shed/trace", p.withToken(http.HandlerFunc(p.serveShedTrace)))
 	if p.cfg.Admin.Profiling {
 		mux.Handle("/debug/pprof/", p.withToken(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/cmdline", p.withToken(http.HandlerFunc(pprof.Cmdline)))

@@ -7,6 +7,7 @@ package proxy
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -26,6 +27,11 @@ import (
 // pressure and the tiers that carry the load.
 const tierIdle = 10 * time.Second
 
+// traceTicks is how many of its last updates each node's controller keeps
+// for /shed/trace: two minutes at the default update_every, in about
+// 48 KiB a node.
+const traceTicks = 1200
+
 // shedding holds the signals and controllers; nil when shedding is off.
 type shedding struct {
 	cfg   config.SheddingConfig
@@ -42,10 +48,10 @@ type shedding struct {
 	lastSeen [shed.MaxTier + 1]int64 // when each tier last sent a request
 	nodes    map[string]*nodeSignals
 
-	ratio, pressure *prometheus.GaugeVec
-	fraction        *prometheus.GaugeVec
-	standing        prometheus.Gauge
-	shedTotal       *prometheus.CounterVec
+	ratio, short, pressure *prometheus.GaugeVec
+	fraction               *prometheus.GaugeVec
+	standing               prometheus.Gauge
+	shedTotal              *prometheus.CounterVec
 	// shedByTier and dryByTier are shedTotal's series by tier, resolved
 	// once: a node under pressure may shed most requests.
 	shedByTier, dryByTier [shed.MaxTier + 1]prometheus.Counter
@@ -58,8 +64,8 @@ type shedding struct {
 //
 // Latency is tracked per client tier, each tier's against its own usual:
 // a batch class whose scans take ten times a point read must not look like
-// the node slowing down when it joins. The node's ratio is the lowest of
-// its tiers' trusted ratios.
+// the node slowing down when it joins. The node's reading is its slowest
+// tier's (shed.Controller.Slower).
 type nodeSignals struct {
 	addr    string
 	cfg     shed.LatencyConfig
@@ -83,18 +89,18 @@ func (n *nodeSignals) observe(tier int, now, latency int64) {
 	l.Observe(now, latency)
 }
 
-// ratio returns the lowest of the tiers' trusted latency ratios at now,
-// and whether any is trusted.
-func (n *nodeSignals) ratio(now int64) (lowest float64, ok bool) {
-	lowest = 1
+// reading returns the node's latency reading at now: its slowest tier's,
+// trusted if any tier's is.
+func (n *nodeSignals) reading(now int64) shed.Reading {
+	slowest := shed.Reading{Ratio: 1}
 	for t := range n.latency {
 		if l := n.latency[t].Load(); l != nil {
-			if r, trusted := l.Ratio(now); trusted && (!ok || r < lowest) {
-				lowest, ok = r, true
+			if r := l.Read(now); r.OK && n.ctl.Slower(r, slowest) {
+				slowest = r
 			}
 		}
 	}
-	return lowest, ok
+	return slowest
 }
 
 func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg prometheus.Registerer) (*shedding, error) {
@@ -109,7 +115,11 @@ func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg pr
 		cfg: cfg, queue: q, nodes: map[string]*nodeSignals{},
 		ratio: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cqlguard_shed_latency_ratio",
-			Help: "Each upstream node's long-term latency quantile over its short-term one, the lowest of its client tiers' (each tier against its own usual): about 1 when healthy, falling as the node slows (shedding).",
+			Help: "Each upstream node's long-term latency quantile over its short-term one, of its slowest client tier (each tier against its own usual): about 1 when healthy, falling as the node slows (shedding).",
+		}, []string{"node"}),
+		short: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cqlguard_shed_latency_short_seconds",
+			Help: "Each upstream node's short-term latency quantile, of the tier whose ratio cqlguard_shed_latency_ratio is: under shedding.latency_floor, the node is not slow whatever its ratio.",
 		}, []string{"node"}),
 		pressure: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cqlguard_shed_pressure_tiers",
@@ -140,7 +150,7 @@ func newShedding(cfg config.SheddingConfig, clients config.ClientsConfig, reg pr
 	if _, err := shed.NewController(cfg.Controller(sh.tiers)); err != nil {
 		return nil, fmt.Errorf("shedding: %w", err)
 	}
-	reg.MustRegister(sh.ratio, sh.pressure, sh.fraction, sh.standing, sh.shedTotal)
+	reg.MustRegister(sh.ratio, sh.short, sh.pressure, sh.fraction, sh.standing, sh.shedTotal)
 	return sh, nil
 }
 
@@ -162,7 +172,9 @@ func (sh *shedding) node(addr string) *nodeSignals {
 		return n
 	}
 	// The configuration was checked: this does not fail.
-	ctl, _ := shed.NewController(sh.cfg.Controller(sh.tiers))
+	cfg := sh.cfg.Controller(sh.tiers)
+	cfg.Trace = traceTicks
+	ctl, _ := shed.NewController(cfg)
 	n := &nodeSignals{addr: addr, cfg: sh.cfg.Latency(), ctl: ctl}
 	sh.nodes[addr] = n
 	return n
@@ -189,10 +201,11 @@ func (p *Proxy) updateShedding(stop <-chan struct{}) {
 			if changed {
 				n.ctl.SetTiers(sh.tiers)
 			}
-			ratio, ok := n.ratio(now)
-			n.ctl.Update(now, ratio, ok, over)
-			if ok {
-				sh.ratio.WithLabelValues(n.addr).Set(ratio)
+			r := n.reading(now)
+			n.ctl.Update(now, r, over)
+			if r.OK {
+				sh.ratio.WithLabelValues(n.addr).Set(r.Ratio)
+				sh.short.WithLabelValues(n.addr).Set(r.Short.Seconds())
 			}
 			sh.pressure.WithLabelValues(n.addr).Set(n.ctl.Pressure())
 			for tier := range shed.MaxTier + 1 {
@@ -284,4 +297,37 @@ func (s *session) draw() float64 {
 	x ^= x << 17
 	s.rng = x
 	return float64(x>>11) * 0x1p-53
+}
+
+// serveShedTrace writes a node's last controller updates (shed.WriteTrace):
+// the signals it was given and the pressure it came to, to be replayed in
+// a test. ?node=ADDR picks the node; it may be left out when there is
+// only one.
+func (p *Proxy) serveShedTrace(w http.ResponseWriter, r *http.Request) {
+	sh := p.shedding
+	if sh == nil {
+		http.Error(w, "shedding is off", http.StatusNotFound)
+		return
+	}
+	addr := r.URL.Query().Get("node")
+	sh.mu.Lock()
+	var addrs []string
+	for a := range sh.nodes {
+		addrs = append(addrs, a)
+	}
+	if addr == "" && len(addrs) == 1 {
+		addr = addrs[0]
+	}
+	n := sh.nodes[addr]
+	sh.mu.Unlock()
+	if n == nil {
+		slices.Sort(addrs)
+		http.Error(w, fmt.Sprintf("no node %q; ?node= one of %v", addr, addrs), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "# node %s, an update every %v\n", n.addr, time.Duration(sh.cfg.UpdateEvery))
+	if err := shed.WriteTrace(w, n.ctl.Trace()); err != nil {
+		p.log.Debug().Err(err).Msg("writing /shed/trace")
+	}
 }

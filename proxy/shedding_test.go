@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,7 +180,8 @@ func TestSheddingPrices(t *testing.T) {
 // shedProxy serves a proxy in front of a fake node whose reads of key 2
 // take 20 ms, with classes critical (tier 0) and batch (tier 5, with
 // batchExtra in its flow mapping), and shedding on with windows short
-// enough for a test, then extra's lines.
+// enough for a test and a latency floor under the slow reads' 20 ms, then
+// extra's lines.
 func shedProxy(t *testing.T, batchExtra, extra string) (*Proxy, *fakenode.Node, string) {
 	t.Helper()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 2", SlowFor: 20 * time.Millisecond})
@@ -193,6 +197,7 @@ shedding:
   short_window: 100ms
   long_window: 2s
   min_samples: 10
+  latency_floor: 5ms
   rise: 100ms
   fall: 100ms
   update_every: 20ms
@@ -211,8 +216,12 @@ func TestNodeSignalsPerTier(t *testing.T) {
 	t.Parallel()
 	cfg := config.Default().Shedding
 	cfg.ShortWindow, cfg.LongWindow, cfg.MinSamples = config.Duration(100*time.Millisecond), config.Duration(2*time.Second), 10
-	perTier := &nodeSignals{cfg: cfg.Latency()}
-	oneLatency := &nodeSignals{cfg: cfg.Latency()} // every tier's latency as tier 0's
+	ctl, err := shed.NewController(cfg.Controller(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perTier := &nodeSignals{cfg: cfg.Latency(), ctl: ctl}
+	oneLatency := &nodeSignals{cfg: cfg.Latency(), ctl: ctl} // every tier's latency as tier 0's
 	const ms = int64(time.Millisecond)
 	base := int64(1e12)
 	at := base
@@ -231,11 +240,11 @@ func TestNodeSignalsPerTier(t *testing.T) {
 			oneLatency.observe(0, at, 20*ms)
 		}
 		if at%(50*ms) == 0 {
-			if r, ok := perTier.ratio(at); ok {
-				lowest = min(lowest, r)
+			if r := perTier.reading(at); r.OK {
+				lowest = min(lowest, r.Ratio)
 			}
-			if r, ok := oneLatency.ratio(at); ok {
-				lowestOne = min(lowestOne, r)
+			if r := oneLatency.reading(at); r.OK {
+				lowestOne = min(lowestOne, r.Ratio)
 			}
 		}
 	}
@@ -302,5 +311,52 @@ func TestBoundTakeNowFair(t *testing.T) {
 	b.wake()
 	if !<-took {
 		t.Fatal("the waiting taker did not take the room")
+	}
+}
+
+// /shed/trace gives back a node's last shedding updates in the form a
+// test replays, and says which nodes there are when asked for another.
+func TestSheddingTrace(t *testing.T) {
+	t.Parallel()
+	p, node, addr := shedProxy(t, "", "")
+	phase := shedLoad(t, addr, func(string) bool { return false })
+	phase(200*time.Millisecond, true)
+	get := func(url string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		p.AdminHandler(prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", url, nil))
+		return rec
+	}
+	waitUntil(t, "a few updates", func() bool {
+		ticks, err := shed.ReadTrace(get("/shed/trace").Body)
+		return err == nil && len(ticks) >= 3
+	})
+	for _, tc := range []struct {
+		url  string
+		code int
+	}{
+		{"/shed/trace", http.StatusOK},
+		{"/shed/trace?node=" + node.Addr(), http.StatusOK},
+		{"/shed/trace?node=10.9.9.9:9042", http.StatusBadRequest},
+	} {
+		rec := get(tc.url)
+		if rec.Code != tc.code {
+			t.Errorf("%s: %d %q, want %d", tc.url, rec.Code, rec.Body, tc.code)
+			continue
+		}
+		if tc.code != http.StatusOK {
+			if !strings.Contains(rec.Body.String(), node.Addr()) {
+				t.Errorf("%s: %q does not name the node", tc.url, rec.Body)
+			}
+			continue
+		}
+		ticks, err := shed.ReadTrace(rec.Body)
+		if err != nil || len(ticks) < 3 {
+			t.Fatalf("%s: %d ticks, %v", tc.url, len(ticks), err)
+		}
+		for i := 1; i < len(ticks); i++ {
+			if ticks[i].At <= ticks[i-1].At {
+				t.Fatalf("%s: tick %d at %d after %d", tc.url, i, ticks[i].At, ticks[i-1].At)
+			}
+		}
 	}
 }

@@ -33,7 +33,7 @@ func BenchmarkQueueObserve(b *testing.B) {
 func BenchmarkShed(b *testing.B) {
 	c, _ := NewController(ControllerConfig{})
 	for i := range 30 {
-		c.Update(1e12+int64(i)*tick, 0.1, true, false)
+		c.Update(1e12+int64(i)*tick, slowReading(0.1), false)
 	}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -72,7 +72,7 @@ func TestNoAllocs(t *testing.T) {
 		"Latency.Ratio":   func() { l.Ratio(now) },
 		"Queue.Observe":   func() { now += 1e6; q.Observe(now, 0) },
 		"Queue.Standing":  func() { q.Standing(now) },
-		"Controller":      func() { now += tick; c.Update(now, 0.3, true, false); c.Shed(9, 0.5) },
+		"Controller":      func() { now += tick; c.Update(now, slowReading(0.3), false); c.Shed(9, 0.5) },
 	} {
 		if n := testing.AllocsPerRun(1000, f); n != 0 {
 			t.Errorf("%s: %v allocations", name, n)

@@ -32,6 +32,9 @@ func TestConfigValidate(t *testing.T) {
 		{"ratio below", ControllerConfig{RatioBelow: 1.5}.Validate()},
 		{"ratio recover", ControllerConfig{RatioBelow: 0.5, RatioRecover: 0.4}.Validate()},
 		{"rise", ControllerConfig{Rise: -time.Second}.Validate()},
+		{"floor", ControllerConfig{Floor: -time.Millisecond}.Validate()},
+		{"confirm", ControllerConfig{Confirm: time.Microsecond}.Validate()},
+		{"trace", ControllerConfig{Trace: -1}.Validate()},
 		{"tier", ControllerConfig{Tiers: []int{3, 10}}.Validate()},
 	} {
 		if tc.err == nil {

@@ -16,9 +16,25 @@ const MaxTier = 9
 // Defaults of a ControllerConfig's zero fields. A healthy node's ratio
 // stays within a few percent of 1 (see the package's tests), far from
 // DefaultRatioBelow; a ratio of 0.5 is a short-term quantile twice the usual.
+//
+// DefaultFloor is above every healthy second of point reads seen on a
+// loaded test node (a p99 of 1-5 ms, and of up to 14 ms while other
+// programs shared its CPUs), and far below what an overload does to the
+// same reads: a queue that grows for as long as more is offered than
+// answered, a p99 of about a second within 2 s in the shedding
+// experiment. A quantile that high is past the floor within the first
+// fraction of a second of such an overload, so the floor costs its
+// reaction next to nothing.
+//
+// DefaultConfirm is longer than the short window holds a blip (1 to 1.5 s
+// at the default), and no longer than an overload the size of a tier
+// keeps the signals unhealthy: until the tier is almost shed, most of a
+// Rise, and a short window after.
 const (
 	DefaultRatioBelow   = 0.5
 	DefaultRatioRecover = 0.8
+	DefaultFloor        = 20 * time.Millisecond
+	DefaultConfirm      = 2 * time.Second
 	DefaultRise         = 2 * time.Second
 	DefaultFall         = 5 * time.Second
 	DefaultMaxStep      = time.Second
@@ -38,8 +54,23 @@ type ControllerConfig struct {
 	// started it stops only when the node is back near its usual, instead
 	// of settling where the node is slow but not slow enough to rise,
 	// letting a share of a tier through that keeps it so. Once every tier
-	// that may be shed is shed entirely it holds there. DefaultRatioRecover.
+	// that may be shed is shed entirely it holds there, and so does
+	// shedding not yet confirmed an overload (Confirm). DefaultRatioRecover.
 	RatioRecover float64
+	// Floor is the short-term quantile (Reading.Short) under which the
+	// node is not slow, whatever its ratio: a node that answers within it
+	// is well, however much faster it usually is. 1ns: the ratio alone
+	// decides. DefaultFloor.
+	Floor time.Duration
+	// Confirm is how long the signals must have been clearly unhealthy
+	// (the ratio under RatioBelow, or the queue standing) since shedding
+	// started before it counts as an overload. Shedding rises at
+	// once either way; if the signals are healthy again sooner it was a
+	// false start, and it ends at once, instead of falling over Fall and
+	// slower after failed tries as after an overload. A slowdown within
+	// Fall of a false start's end is an overload from its start.
+	// DefaultConfirm.
+	Confirm time.Duration
 	// Rise is how long an unhealthy signal takes to shed one more tier
 	// entirely, from none of its requests to all. DefaultRise.
 	Rise time.Duration
@@ -56,6 +87,9 @@ type ControllerConfig struct {
 	// changes nothing. A tier not listed is shed like the next more
 	// important one listed, and never if none is. Empty: 1 to MaxTier.
 	Tiers []int
+	// Trace is how many of the last updates the Controller keeps, for
+	// Trace; 0, none.
+	Trace int
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -64,6 +98,12 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	}
 	if c.RatioRecover == 0 {
 		c.RatioRecover = DefaultRatioRecover
+	}
+	if c.Floor == 0 {
+		c.Floor = DefaultFloor
+	}
+	if c.Confirm == 0 {
+		c.Confirm = DefaultConfirm
 	}
 	if c.Rise == 0 {
 		c.Rise = DefaultRise
@@ -88,13 +128,19 @@ func (c ControllerConfig) Validate() error {
 	if !(c.RatioRecover >= c.RatioBelow && c.RatioRecover <= 1) {
 		errs = append(errs, fmt.Errorf("ratio recover %v is outside [ratio below %v, 1]", c.RatioRecover, c.RatioBelow))
 	}
+	if c.Floor < 0 {
+		errs = append(errs, fmt.Errorf("floor %v is negative", c.Floor))
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"rise", c.Rise}, {"fall", c.Fall}, {"max step", c.MaxStep}} {
+	}{{"confirm", c.Confirm}, {"rise", c.Rise}, {"fall", c.Fall}, {"max step", c.MaxStep}} {
 		if d.v < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s %v is under 1ms", d.name, d.v))
 		}
+	}
+	if c.Trace < 0 {
+		errs = append(errs, fmt.Errorf("trace %d is negative", c.Trace))
 	}
 	for _, t := range c.Tiers {
 		if t < 0 || t > MaxTier {
@@ -137,6 +183,12 @@ const MaxBackoff = 8
 // class offering far more than it can answer) is probed more and more
 // rarely, instead of every Fall.
 //
+// All of that is after an overload: shedding whose signals are healthy
+// again within Confirm of its start was a false start, a blip that passed
+// by itself, and it ends at once. The latency signal is unhealthy only
+// over the Floor, so that a node slower than usual but still fast sheds
+// nothing at all.
+//
 // Update is meant for one goroutine on a ticker; Fraction and Shed for any
 // number of request paths, without a lock.
 type Controller struct {
@@ -153,6 +205,15 @@ type Controller struct {
 	// since it last rose, less the halvings: over 0 while it falls.
 	backoff float64
 	fell    float64
+	// unhealthy is how long the signals have been clearly unhealthy (under
+	// RatioBelow over the floor, or the queue standing) since the pressure
+	// last rose from none; confirmed, whether that made it an overload. falseEnd is when the last false start ended, if hadFalse.
+	unhealthy int64
+	confirmed bool
+	falseEnd  int64
+	hadFalse  bool
+
+	trace *tickRing // the last updates, when ControllerConfig.Trace asks
 
 	fractions [MaxTier + 1]atomic.Uint64 // math.Float64bits
 	pressureF atomic.Uint64
@@ -165,6 +226,9 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Controller{cfg: cfg, backoff: 1}
+	if cfg.Trace > 0 {
+		c.trace = newTickRing(cfg.Trace)
+	}
 	if len(cfg.Tiers) == 0 {
 		for t := 1; t <= MaxTier; t++ {
 			c.used[t] = true
@@ -275,34 +339,49 @@ func (c *Controller) publish() {
 }
 
 // Update moves shedding on to clock reading now, from the signals: the
-// latency ratio and whether it is to be trusted (Latency.Ratio), and
-// whether the queue is standing (Queue.Standing). A NaN or non-positive
-// ratio is not trusted.
-func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bool) {
+// node's latency reading (Latency.Read; a NaN or non-positive ratio is
+// not trusted), and whether the queue is standing (Queue.Standing).
+func (c *Controller) Update(now int64, r Reading, queueOver bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.started {
 		c.started, c.last = true, now
+		c.record(now, r, queueOver)
 		return
 	}
 	dt := min(max(now-c.last, 0), int64(c.cfg.MaxStep))
 	c.last = max(c.last, now)
-	if !(ratio > 0) || math.IsInf(ratio, 0) {
-		ratioOK = false
-	}
+	ratio := r.Ratio
+	ratioOK := r.OK && ratio > 0 && !math.IsInf(ratio, 0)
+	fast := r.Short < c.cfg.Floor
 	// In the band, only a tier still partly let through is worth shedding
 	// more: in the reserve nothing is, and the ratio's noise would ratchet
 	// the pressure up.
 	partly := c.pressure > 0 && c.pressure < c.inUse
-	slow := ratioOK && (ratio < c.cfg.RatioBelow || partly && ratio < c.cfg.RatioRecover)
-	well := !ratioOK || ratio >= c.cfg.RatioRecover
+	clear := ratioOK && !fast && ratio < c.cfg.RatioBelow || queueOver
+	// The band goes on rising only what an overload started: what may
+	// still be a false start holds there, as a blip's tail passes through
+	// it on its way back.
+	slow := clear || c.confirmed && ratioOK && !fast && partly && ratio < c.cfg.RatioRecover
+	well := !ratioOK || fast || ratio >= c.cfg.RatioRecover
 	switch {
-	case slow || queueOver:
+	case slow:
+		if c.pressure == 0 {
+			c.confirmed = c.hadFalse && now-c.falseEnd < int64(c.cfg.Fall)
+		}
+		// Only a clear slowdown confirms: the band would stretch a blip.
+		if clear {
+			c.unhealthy += dt
+		}
+		c.confirmed = c.confirmed || c.unhealthy >= int64(c.cfg.Confirm)
 		if c.fell > 0 && c.pressure > 0 {
 			c.backoff = min(2*c.backoff, MaxBackoff)
 		}
 		c.fell = 0
 		c.pressure += float64(dt) / float64(c.cfg.Rise)
+	case well && !c.confirmed && c.pressure > 0:
+		c.pressure = 0
+		c.falseEnd, c.hadFalse = now, true
 	case well:
 		down := float64(dt) / (float64(c.cfg.Fall) * c.backoff)
 		c.fell += down
@@ -314,8 +393,25 @@ func (c *Controller) Update(now int64, ratio float64, ratioOK bool, queueOver bo
 	c.pressure = min(max(c.pressure, 0), c.ceiling())
 	if c.pressure == 0 {
 		c.backoff, c.fell = 1, 0
+		c.unhealthy, c.confirmed = 0, false
 	}
 	c.publish()
+	c.record(now, r, queueOver)
+}
+
+// Slower reports whether latency reading a says more than b that a node
+// is slow: a trusted reading before one that is not, one at or over the
+// floor before one under it, then the lower ratio. A node whose tiers are
+// measured each against its own usual is as slow as its slowest tier's
+// reading.
+func (c *Controller) Slower(a, b Reading) bool {
+	if a.OK != b.OK {
+		return a.OK
+	}
+	if oa, ob := a.Short >= c.cfg.Floor, b.Short >= c.cfg.Floor; oa != ob {
+		return oa
+	}
+	return a.Ratio < b.Ratio
 }
 
 // Pressure returns how many tiers' worth of requests are being shed.

@@ -11,6 +11,12 @@ import (
 
 const tick = int64(100 * time.Millisecond)
 
+// slowReading is a trusted latency reading of ratio whose short-term
+// quantile is over the default floor: a node as slow as its ratio says.
+func slowReading(ratio float64) Reading {
+	return Reading{Ratio: ratio, Short: time.Second, OK: true}
+}
+
 func newController(t testing.TB, cfg ControllerConfig) *Controller {
 	t.Helper()
 	c, err := NewController(cfg)
@@ -43,18 +49,27 @@ func checkOrder(t *testing.T, c *Controller, at time.Duration) {
 // TestControllerHealthy runs healthy nodes for ten minutes each, at rates
 // from the fewest answers that the defaults trust to many, with a tail of
 // outliers, and every 7 s a burst of requests that queue in the proxy and
-// drain within 10 ms: nothing is ever shed. (At 100 answers a second an
-// interval of 100 ms may hold only requests of a burst, which is a standing
-// queue for CoDel; that rate runs without bursts.)
+// drain within 10 ms: nothing is ever shed, with the defaults and with
+// the ratio alone, without the floor. (At 100 answers a second an interval
+// of 100 ms may hold only requests of a burst, which is a standing queue
+// for CoDel; that rate runs without bursts.)
 func TestControllerHealthy(t *testing.T) {
 	t.Parallel()
-	for _, rate := range []int{100, 200, 2000} {
-		t.Run(fmt.Sprint(rate), func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		floor time.Duration
+		rate  int
+	}{
+		{"defaults/100", 0, 100}, {"defaults/200", 0, 200}, {"defaults/2000", 0, 2000},
+		{"ratio alone/100", time.Nanosecond, 100}, {"ratio alone/200", time.Nanosecond, 200}, {"ratio alone/2000", time.Nanosecond, 2000},
+	} {
+		rate := tc.rate
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := rand.New(rand.NewPCG(uint64(rate), 9))
 			l, _ := NewLatency(LatencyConfig{})
 			q, _ := NewQueue(QueueConfig{})
-			c := newController(t, ControllerConfig{})
+			c := newController(t, ControllerConfig{Floor: tc.floor})
 			gap := int64(time.Second) / int64(rate)
 			base := int64(1e12)
 			next := base
@@ -71,9 +86,10 @@ func TestControllerHealthy(t *testing.T) {
 				}
 				q.Observe(at, wait)
 				for ; next <= at; next += tick {
-					ratio, ok := l.Ratio(next)
+					r := l.Read(next)
+					ratio, ok := r.Ratio, r.OK
 					_, over := q.Standing(next)
-					c.Update(next, ratio, ok, over)
+					c.Update(next, r, over)
 					if ok {
 						lowest = min(lowest, ratio)
 					}
@@ -110,7 +126,7 @@ func runStep(t *testing.T, cfg ControllerConfig, s step, d time.Duration) [][Max
 		if at >= s.from && at < s.to {
 			ratio, over = s.ratio, s.queueOver
 		}
-		c.Update(base+int64(at), ratio, true, over)
+		c.Update(base+int64(at), slowReading(ratio), over)
 		checkOrder(t, c, at)
 		var row [MaxTier + 1]float64
 		for tier := range row {
@@ -191,7 +207,7 @@ func TestControllerEnough(t *testing.T) {
 	base := int64(1e12)
 	for at := int64(0); at <= int64(60*time.Second); at += tick {
 		_, over := q.Standing(base + at)
-		c.Update(base+at, 1, true, over)
+		c.Update(base+at, slowReading(1), over)
 		checkOrder(t, c, time.Duration(at))
 		sent := 0.0
 		for tier := 1; tier <= MaxTier; tier++ {
@@ -222,7 +238,7 @@ func TestControllerTiers(t *testing.T) {
 	c := newController(t, ControllerConfig{Tiers: []int{0, 2, 5, 5}, Rise: time.Second})
 	base := int64(1e12)
 	for at := int64(0); at <= int64(1500*time.Millisecond); at += tick {
-		c.Update(base+at, 0.1, true, false)
+		c.Update(base+at, slowReading(0.1), false)
 	}
 	// 1.5 tiers: all of tier 5 and half of tier 2; tiers 3 and 4 like
 	// tier 2, tiers 6 to 9 like tier 5, tier 1 never.
@@ -233,7 +249,7 @@ func TestControllerTiers(t *testing.T) {
 		}
 	}
 	for at := int64(1600 * time.Millisecond); at <= int64(5*time.Second); at += tick {
-		c.Update(base+at, 0.1, true, false)
+		c.Update(base+at, slowReading(0.1), false)
 	}
 	if p := c.Pressure(); p != 2+Reserve {
 		t.Errorf("pressure %v, want %v, all the tiers in use and the reserve", p, 2+Reserve)
@@ -268,8 +284,9 @@ func TestControllerRecorded(t *testing.T) {
 		for ; i < len(s.at) && s.at[i] <= now; i++ {
 			l.Observe(s.at[i], s.lat[i])
 		}
-		ratio, ok := l.Ratio(now)
-		c.Update(now, ratio, ok, false)
+		r := l.Read(now)
+		ratio, ok := r.Ratio, r.OK
+		c.Update(now, r, false)
 		at := time.Duration(now - base)
 		if c.Pressure() > 0 && first == 0 {
 			first = at
@@ -298,7 +315,7 @@ func TestControllerSetTiers(t *testing.T) {
 	rise := func(d time.Duration) {
 		for end := at + int64(d); at < end; {
 			at += tick
-			c.Update(base+at, 0.1, true, false)
+			c.Update(base+at, slowReading(0.1), false)
 		}
 	}
 	check := func(step string, pressure float64, want map[int]float64) {
@@ -312,7 +329,7 @@ func TestControllerSetTiers(t *testing.T) {
 			}
 		}
 	}
-	c.Update(base, 0.1, true, false)
+	c.Update(base, slowReading(0.1), false)
 	rise(time.Second)
 	check("one tier's worth", 1, map[int]float64{0: 0, 1: 0, 5: 1})
 	c.SetTiers([]int{0, 5})
@@ -381,7 +398,7 @@ func TestControllerBackoff(t *testing.T) {
 			if at < slowUntil {
 				ratio = 0.3
 			}
-			c.Update(base+at, ratio, true, false)
+			c.Update(base+at, slowReading(ratio), false)
 		}
 	}
 	run(10*time.Minute, 0.99)
@@ -426,9 +443,12 @@ func TestControllerBackoff(t *testing.T) {
 }
 
 // TestControllerBand checks the band between RatioBelow and RatioRecover:
-// a node in it is not shed for, but once shedding has started it goes on
-// rising there while a tier is partly let through, holds once every tier
-// is shed entirely, and falls when the node is back near its usual.
+// a node in it is not shed for, shedding not yet confirmed an overload
+// holds there, but once it is it goes on rising there while a tier is
+// partly let through, holds once every tier is shed entirely, and falls
+// when the node is back near its usual. (The slowdown lasts Confirm
+// before the band: a shorter one may be a blip's, which the band would
+// stretch.)
 func TestControllerBand(t *testing.T) {
 	t.Parallel()
 	c := newController(t, ControllerConfig{Tiers: []int{0, 3, 5}})
@@ -436,7 +456,7 @@ func TestControllerBand(t *testing.T) {
 	at := int64(0)
 	run := func(d time.Duration, ratio float64) {
 		for end := at + int64(d); at < end; at += tick {
-			c.Update(base+at, ratio, true, false)
+			c.Update(base+at, slowReading(ratio), false)
 		}
 	}
 	run(5*time.Second, 0.6)
@@ -446,11 +466,17 @@ func TestControllerBand(t *testing.T) {
 	run(time.Second, 0.3)
 	p := c.Pressure()
 	run(time.Second, 0.6)
+	if q := c.Pressure(); q != p {
+		t.Fatalf("pressure %v after a second in the band, from %v, not yet an overload: want it held", q, p)
+	}
+	run(time.Second, 0.3)
+	p = c.Pressure()
+	run(time.Second, 0.6)
 	if q := c.Pressure(); q < p+0.45 {
 		t.Fatalf("pressure %v after a second in the band, from %v: want it rising", q, p)
 	}
 	// Every tier shed entirely: the band holds, for nothing more can be.
-	run(2*time.Second, 0.3)
+	run(time.Second, 0.3)
 	p = c.Pressure()
 	if p < 2 {
 		t.Fatalf("pressure %v after 4 s slow, want both tiers shed", p)
@@ -462,5 +488,87 @@ func TestControllerBand(t *testing.T) {
 	run(40*time.Second, 0.9)
 	if p := c.Pressure(); p != 0 {
 		t.Fatalf("pressure %v after 20 s near the usual, want 0", p)
+	}
+}
+
+// TestControllerFloorAndConfirm scripts the signals of one node whose
+// tier 5 is in use: a slowdown sheds only over the floor, shedding rises
+// from its first update either way, and a start whose signals are healthy
+// again within Confirm ends at once, unless it comes within Fall of
+// another false start; an overload falls over Fall.
+func TestControllerFloorAndConfirm(t *testing.T) {
+	t.Parallel()
+	type seg struct {
+		d     time.Duration
+		r     Reading
+		queue bool
+	}
+	var (
+		well     = Reading{Ratio: 1, Short: 2 * time.Millisecond, OK: true}
+		fastSlow = Reading{Ratio: 0.3, Short: 5 * time.Millisecond, OK: true}  // slower than usual, under the floor
+		slow     = Reading{Ratio: 0.3, Short: 50 * time.Millisecond, OK: true} // over it
+		band     = Reading{Ratio: 0.6, Short: 30 * time.Millisecond, OK: true}
+		overload = Reading{Ratio: 0.01, Short: time.Second, OK: true}
+	)
+	for _, tc := range []struct {
+		name     string
+		segs     []seg
+		min, max float64 // the pressure at the end
+	}{
+		{"under the floor", []seg{{5 * time.Second, fastSlow, false}}, 0, 0},
+		{"over the floor", []seg{{time.Second, slow, false}}, 0.45, 0.55},
+		{"overload reaches a tier in a rise", []seg{{2100 * time.Millisecond, overload, false}}, 1, 1.1},
+		{"unconfirmed holds in the band", []seg{{time.Second, slow, false}, {time.Second, band, false}}, 0.45, 0.55},
+		{"blip ends at once", []seg{{time.Second, slow, false}, {100 * time.Millisecond, well, false}}, 0, 0},
+		{"blip through the band ends at once", []seg{{time.Second, slow, false}, {time.Second, band, false}, {100 * time.Millisecond, well, false}}, 0, 0},
+		{"blip ends when the node is fast again", []seg{{time.Second, slow, false}, {100 * time.Millisecond, fastSlow, false}}, 0, 0},
+		{"queue blip ends at once", []seg{{time.Second, well, true}, {100 * time.Millisecond, well, false}}, 0, 0},
+		{"overload falls over fall", []seg{{3 * time.Second, slow, false}, {time.Second, well, false}}, 1.2, 1.4},
+		{"queue overload falls over fall", []seg{{3 * time.Second, well, true}, {time.Second, well, false}}, 1.2, 1.4},
+		{"a second blip soon after is an overload", []seg{
+			{time.Second, slow, false}, {3 * time.Second, well, false}, {time.Second, slow, false}, {time.Second, well, false},
+		}, 0.25, 0.35},
+		{"a second blip long after is another false start", []seg{
+			{time.Second, slow, false}, {6 * time.Second, well, false}, {time.Second, slow, false}, {100 * time.Millisecond, well, false},
+		}, 0, 0},
+		{"untrusted", []seg{{5 * time.Second, Reading{Ratio: 0.1, Short: time.Second}, false}}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newController(t, ControllerConfig{Tiers: []int{0, 5}})
+			at := int64(1e12)
+			c.Update(at, well, false)
+			for _, s := range tc.segs {
+				for end := at + int64(s.d); at < end; {
+					at += tick
+					c.Update(at, s.r, s.queue)
+				}
+			}
+			if p := c.Pressure(); p < tc.min-1e-9 || p > tc.max+1e-9 {
+				t.Errorf("pressure %.3f, want %.2f to %.2f", p, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// TestControllerSlower orders latency readings as a node's slowest tier.
+func TestControllerSlower(t *testing.T) {
+	t.Parallel()
+	c := newController(t, ControllerConfig{})
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		a, b Reading
+		want bool
+	}{
+		{Reading{Ratio: 0.9, Short: ms, OK: true}, Reading{Ratio: 0.1, Short: time.Second}, true},
+		{Reading{Ratio: 0.45, Short: 30 * ms, OK: true}, Reading{Ratio: 0.1, Short: 4 * ms, OK: true}, true},
+		{Reading{Ratio: 0.1, Short: 4 * ms, OK: true}, Reading{Ratio: 0.45, Short: 30 * ms, OK: true}, false},
+		{Reading{Ratio: 0.3, Short: 30 * ms, OK: true}, Reading{Ratio: 0.45, Short: 300 * ms, OK: true}, true},
+		{Reading{Ratio: 0.3, Short: 3 * ms, OK: true}, Reading{Ratio: 0.45, Short: 4 * ms, OK: true}, true},
+		{Reading{Ratio: 0.5, Short: 30 * ms, OK: true}, Reading{Ratio: 0.5, Short: 30 * ms, OK: true}, false},
+	} {
+		if got := c.Slower(tc.a, tc.b); got != tc.want {
+			t.Errorf("Slower(%+v, %+v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
 	}
 }

@@ -11,7 +11,12 @@
 // a target. A [Controller] turns the two into a fraction of requests to shed
 // for each tier: the least important tier in use first, the next only once
 // that one is shed entirely, rising while a signal is unhealthy and falling
-// back when it recovers, and never tier 0.
+// back when it recovers, and never tier 0. A slowdown counts only over an
+// absolute floor of the short-term quantile, and shedding that the signals
+// do not confirm for a while was a false start, which ends at once
+// instead of recovering as slowly as after an overload. A controller's
+// updates can be kept as a trace ([Tick], [WriteTrace], [ReadTrace]) and
+// replayed into another, to the same decisions.
 //
 // The package knows durations, nanosecond clock readings and tiers only:
 // the caller times requests, picks the node, feeds the signals, calls

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"testing"
+	"time"
 )
 
 // FuzzSignals feeds arbitrary clock readings, latencies, waits and ratios
@@ -25,9 +26,9 @@ func FuzzSignals(f *testing.F) {
 			b = b[24:]
 			l.Observe(now, v)
 			q.Observe(now, v)
-			ratio, ok := l.Ratio(now)
-			if !(ratio > 0) || math.IsInf(ratio, 0) {
-				t.Fatalf("ratio %v", ratio)
+			r := l.Read(now)
+			if !(r.Ratio > 0) || math.IsInf(r.Ratio, 0) {
+				t.Fatalf("ratio %v", r.Ratio)
 			}
 			_, over := q.Standing(now)
 			if v&1 == 1 {
@@ -41,8 +42,8 @@ func FuzzSignals(f *testing.F) {
 				c.SetTiers(tiers)
 				all = false
 			}
-			c.Update(now, ratio, ok, over)
-			c.Update(now, x, true, over)
+			c.Update(now, r, over)
+			c.Update(now, Reading{Ratio: x, Short: time.Duration(v), OK: true}, over)
 			for tier := -1; tier <= MaxTier+1; tier++ {
 				fr := c.Fraction(tier)
 				if !(fr >= 0 && fr <= 1) || (tier <= 0 && fr != 0) {

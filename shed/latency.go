@@ -183,20 +183,38 @@ func (l *Latency) periodQuantile(p int64) (v int64, n uint64) {
 	return v, n
 }
 
-// Ratio returns the long-term quantile over the short-term one at clock
-// reading now: about 1 while the node answers as fast as usual, falling as
-// it slows down, rising above 1 as it speeds up. ok is Quantiles' ok; the
-// ratio is 1 when not ok. It is always finite and positive.
-func (l *Latency) Ratio(now int64) (ratio float64, ok bool) {
+// Reading is a Latency's signal at one clock reading.
+type Reading struct {
+	// Ratio is the long-term quantile over the short-term one: about 1
+	// while the node answers as fast as usual, falling as it slows down,
+	// rising above 1 as it speeds up; 1 when not OK. Always finite and
+	// positive.
+	Ratio float64
+	// Short is the short-term quantile, against which a Controller's
+	// floor is held: a ratio says how much slower the node is than
+	// usual, Short how slow it is.
+	Short time.Duration
+	// OK is Quantiles' ok: there were enough latencies to trust them.
+	OK bool
+}
+
+// Read returns the reading at clock reading now.
+func (l *Latency) Read(now int64) Reading {
 	short, long, ok := l.Quantiles(now)
 	if !ok {
-		return 1, false
+		return Reading{Ratio: 1, Short: short}
 	}
 	// A quantile under a nanosecond is a measurement of nothing; 1 ns
 	// keeps the ratio finite.
 	r := float64(max(long, 1)) / float64(max(short, 1))
 	if math.IsNaN(r) || math.IsInf(r, 0) {
-		return 1, false
+		return Reading{Ratio: 1, Short: short}
 	}
-	return r, true
+	return Reading{Ratio: r, Short: short, OK: true}
+}
+
+// Ratio returns Read's ratio and ok at clock reading now.
+func (l *Latency) Ratio(now int64) (ratio float64, ok bool) {
+	r := l.Read(now)
+	return r.Ratio, r.OK
 }

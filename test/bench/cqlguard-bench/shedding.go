@@ -9,6 +9,7 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -42,6 +43,14 @@ type sheddingExp struct {
 	batchConcurrency                           int
 	shortWindow, longWindow                    time.Duration
 	ratioBelow, ratioRecover                   float64
+	latencyFloor                               time.Duration
+	// lightPhase is the light-batch phase's length; lightOnly runs the
+	// half with shedding alone, through the first two phases only.
+	lightPhase time.Duration
+	lightOnly  bool
+	// tracePath receives cqlguard's /shed/trace at the end of the half
+	// with shedding.
+	tracePath string
 }
 
 func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -67,11 +76,15 @@ func runShedding(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.DurationVar(&e.longWindow, "long-window", 0, "shedding.long_window (0: the default); the phase alone should fill it")
 	fs.Float64Var(&e.ratioBelow, "ratio-below", 0, "shedding.ratio_below (0: the default)")
 	fs.Float64Var(&e.ratioRecover, "ratio-recover", 0, "shedding.ratio_recover (0: the default)")
+	fs.DurationVar(&e.latencyFloor, "latency-floor", 0, "shedding.latency_floor (0: the default)")
+	fs.DurationVar(&e.lightPhase, "light-phase", 0, "length of the light-batch phase (0: -phase)")
+	fs.BoolVar(&e.lightOnly, "light-only", false, "run only the half with shedding, through the phases alone and with the light batch: how long a healthy node goes without a false start")
+	fs.StringVar(&e.tracePath, "trace", "", "write cqlguard's shedding updates (/shed/trace, the last 2 minutes) at the end of the half with shedding to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if e.interactiveRate <= 0 || e.lightBatchRate <= 0 || e.phase < 2*settle {
-		return errors.New("shedding: -interactive-rate and -light-batch-rate must be positive and -phase at least 6s")
+	if e.interactiveRate <= 0 || e.lightBatchRate <= 0 || e.phase < 2*settle || e.light() < 2*settle {
+		return errors.New("shedding: -interactive-rate and -light-batch-rate must be positive and -phase and -light-phase at least 6s")
 	}
 	return e.inTempDir("shedding", func() error { return e.run(ctx) })
 }
@@ -137,7 +150,36 @@ func (e *sheddingExp) config(shedding bool) string {
 	if e.ratioRecover > 0 {
 		fmt.Fprintf(&b, "  ratio_recover: %v\n", e.ratioRecover)
 	}
+	if e.latencyFloor > 0 {
+		fmt.Fprintf(&b, "  latency_floor: %v\n", e.latencyFloor)
+	}
 	return b.String()
+}
+
+// light is the light-batch phase's length.
+func (e *sheddingExp) light() time.Duration {
+	if e.lightPhase > 0 {
+		return e.lightPhase
+	}
+	return e.phase
+}
+
+// halves are the halves run, in order.
+func (e *sheddingExp) halves() []string {
+	if e.lightOnly {
+		return []string{halfOn}
+	}
+	return shedHalves
+}
+
+// phases are the phases run and when each starts within a half, and the
+// half's length.
+func (e *sheddingExp) phases() (names []string, starts []time.Duration, length time.Duration) {
+	names, starts = shedPhases, []time.Duration{0, e.phase, e.phase + e.light()}
+	if e.lightOnly {
+		return names[:2], starts[:2], e.phase + e.light()
+	}
+	return names, starts, 2*e.phase + e.light()
 }
 
 // spec is a loader of class i through cqlguard, running for the whole
@@ -160,8 +202,11 @@ func (e *sheddingExp) spec(i int) load.Spec {
 // at the heavy rate through the third.
 func (e *sheddingExp) loaders() []load.Spec {
 	light, heavy := e.spec(batch), e.spec(batch)
-	light.Name, light.Rate, light.Start, light.Stop = lightBatchLoader, e.lightBatchRate, e.phase, 2*e.phase
-	heavy.Name, heavy.Start = heavyBatchLoader, 2*e.phase
+	light.Name, light.Rate, light.Start, light.Stop = lightBatchLoader, e.lightBatchRate, e.phase, e.phase+e.light()
+	heavy.Name, heavy.Start = heavyBatchLoader, e.phase+e.light()
+	if e.lightOnly {
+		return []load.Spec{e.spec(interactive), light}
+	}
 	return []load.Spec{e.spec(interactive), light, heavy}
 }
 
@@ -193,7 +238,7 @@ func (e *sheddingExp) run(ctx context.Context) error {
 		jsonOut = f
 	}
 	var seconds []shedSecond
-	for _, half := range shedHalves {
+	for _, half := range e.halves() {
 		s, err := e.runHalf(ctx, half, jsonOut)
 		if err != nil {
 			return fmt.Errorf("%s: %w", half, err)
@@ -201,7 +246,9 @@ func (e *sheddingExp) run(ctx context.Context) error {
 		seconds = append(seconds, s...)
 	}
 	res := summarizeShedding(seconds)
-	if err := e.plot(seconds); err != nil {
+	if e.lightOnly {
+		e.out = "" // the plot's layout is the two halves' three phases
+	} else if err := e.plot(seconds); err != nil {
 		return err
 	}
 	res.write(e.stdout, e)
@@ -229,11 +276,11 @@ func (e *sheddingExp) runHalf(ctx context.Context, half string, jsonOut io.Write
 	var seconds []shedSecond
 	prev := sampleShedding(ctx, metricsURL)
 	var phases []load.Phase
-	for j, name := range shedPhases {
-		phases = append(phases, load.Phase{Name: name, At: time.Duration(j) * e.phase})
+	names, starts, run := e.phases()
+	for j, name := range names {
+		phases = append(phases, load.Phase{Name: name, At: starts[j]})
 	}
-	run := time.Duration(len(shedPhases)) * e.phase
-	fmt.Fprintf(e.stderr, "%s: running %v: %s\n", half, run, strings.Join(shedPhases, ", "))
+	fmt.Fprintf(e.stderr, "%s: running %v: %s\n", half, run, strings.Join(names, ", "))
 	_, err = load.Run(ctx, e.loaders(), load.Options{
 		Duration: run,
 		Phases:   phases,
@@ -249,7 +296,31 @@ func (e *sheddingExp) runHalf(ctx context.Context, half string, jsonOut io.Write
 			}
 		},
 	})
+	if err == nil && half == halfOn && e.tracePath != "" {
+		err = saveTrace(ctx, "http://"+adminAddr(e.proxyAddr())+"/shed/trace", e.tracePath)
+	}
 	return seconds, err
+}
+
+// saveTrace writes what url answers to path.
+func saveTrace(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("shedding trace: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("shedding trace: %s", resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("shedding trace: %w", err)
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // shedSample is a moment's shedding figures from cqlguard's metrics: the
@@ -391,6 +462,10 @@ type shedPhaseResult struct {
 	// the most tiers shed, over the settled seconds; NaN without shedding.
 	ratio, minRatio, maxPressure float64
 	metrics                      bool
+	// fullAfter is the time from the phase's start to the end of its first
+	// second at whose end a whole tier was shed (pressure 1 or more); 0
+	// if none was.
+	fullAfter time.Duration
 }
 
 type sheddingResult struct{ phases []shedPhaseResult }
@@ -430,6 +505,9 @@ func summarizeShedding(seconds []shedSecond) sheddingResult {
 				}
 				if !math.IsNaN(s.Pressure) {
 					p.maxPressureAll = nanMax(p.maxPressureAll, s.Pressure)
+					if s.Pressure >= 1 && p.fullAfter == 0 {
+						p.fullAfter = s.T - start
+					}
 				}
 				if s.T-s.Length < start+settle {
 					continue
@@ -535,6 +613,9 @@ func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
 	fmt.Fprintf(w, "| half | phase | interactive answered/s | interactive p50 | interactive p99 (median second) | interactive refused/s | batch answered/s | batch refused/s | batch failed/s | shed/s tier 0 | shed/s tier 5 | latency ratio mean (min) | pressure tiers max |\n")
 	fmt.Fprintf(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, p := range r.phases {
+		if p.seconds == 0 {
+			continue // not run (-light-only)
+		}
 		in, b := p.class[interactive], p.class[batch]
 		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s (%s) | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n",
 			p.half, p.name, in.answered, load.FormatLatency(in.p50), load.FormatLatency(in.p99), load.FormatLatency(in.p99Median), in.refused,
@@ -543,7 +624,7 @@ func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
 	}
 	fmt.Fprintf(w, "\n| half | interactive p99 / alone: light batch | heavy batch (target ≤ 1.5) | interactive goodput / alone: light batch | heavy batch (target ≥ 90%%) | requests shed while healthy, alone and light batch (target 0) | most tiers shed while healthy |\n")
 	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	for _, half := range shedHalves {
+	for _, half := range e.halves() {
 		c := r.checks(half)
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", half,
 			orDash(true, "%.2f", c.lightP99Ratio), orDash(true, "%.2f", c.p99Ratio),
@@ -555,8 +636,14 @@ func (r sheddingResult) write(w io.Writer, e *sheddingExp) {
 	if on.metrics {
 		healthy = fmt.Sprintf("%.0f shed (%s), at most %s tiers", on.shedHealthy, verdict(on.shedHealthy == 0), orDash(true, "%.2f", on.pressureHealthy))
 	}
-	fmt.Fprintf(w, "\nWith shedding: heavy batch p99 %s alone (%s), goodput %s (%s); healthy phases %s.\n",
-		orDash(true, "%.2f×", on.p99Ratio), verdict(on.p99Ratio <= 1.5), orDash(true, "%.1f%%", 100*on.goodput), verdict(on.goodput >= 0.9), healthy)
+	if e.lightOnly {
+		fmt.Fprintf(w, "\nWith shedding: healthy phases %s.\n", healthy)
+		return
+	}
+	heavy := r.phase(halfOn, phaseHeavyBatch)
+	fmt.Fprintf(w, "\nWith shedding: heavy batch p99 %s alone (%s), goodput %s (%s), tier 5 shed entirely %s after the heavy batch began; healthy phases %s.\n",
+		orDash(true, "%.2f×", on.p99Ratio), verdict(on.p99Ratio <= 1.5), orDash(true, "%.1f%%", 100*on.goodput), verdict(on.goodput >= 0.9),
+		orDash(heavy.fullAfter > 0, "%.0f s", heavy.fullAfter.Seconds()), healthy)
 	fmt.Fprintf(w, "Plot: %s\n", e.out)
 }
 
@@ -587,7 +674,8 @@ func (e *sheddingExp) plot(seconds []shedSecond) error {
 	}
 	// x runs on over both halves: the second half starts where the first
 	// ended.
-	halfLen := float64(len(shedPhases)) * e.phase.Seconds()
+	_, starts, length := e.phases()
+	halfLen := length.Seconds()
 	x := func(s shedSecond) float64 {
 		if s.Half == halfOn {
 			return halfLen + s.T.Seconds()
@@ -656,7 +744,7 @@ func (e *sheddingExp) plot(seconds []shedSecond) error {
 		}
 		for h, half := range shedHalves {
 			for j, name := range shedPhases {
-				at := float64(h)*halfLen + float64(j)*e.phase.Seconds()
+				at := float64(h)*halfLen + starts[j].Seconds()
 				mark, err := plotter.NewLine(plotter.XYs{{X: at, Y: p.Y.Min}, {X: at, Y: p.Y.Max}})
 				if err != nil {
 					return nil, err

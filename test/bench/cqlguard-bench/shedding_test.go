@@ -123,7 +123,7 @@ func TestSheddingSummary(t *testing.T) {
 		"| with shedding | interactive alone | 1000 | 1.00ms | 2.00ms (2.00ms) | 0 | 0 | 0 | 0 | 0 | 0 | 1.00 (1.00) | 0.00 |",
 		"| without shedding | 1.10 | 20.00 | 100.0% | 60.0% | 0 | - |",
 		"| with shedding | 1.10 | 1.25 | 100.0% | 95.0% | 0 | 0.00 |",
-		"With shedding: heavy batch p99 1.25× alone (met), goodput 95.0% (met); healthy phases 0 shed (met), at most 0.00 tiers.",
+		"With shedding: heavy batch p99 1.25× alone (met), goodput 95.0% (met), tier 5 shed entirely - after the heavy batch began; healthy phases 0 shed (met), at most 0.00 tiers.",
 	} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, out.String())
