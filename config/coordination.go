@@ -38,8 +38,9 @@ type CoordinationConfig struct {
 	// KeyPrefix starts every key cqlguard writes, so that fleets (or
 	// other users of the same Redis) stay apart.
 	KeyPrefix string `yaml:"key_prefix"`
-	// SyncInterval is how often a proxy reports; each report is one
-	// pipelined round trip.
+	// SyncInterval is how often a proxy reports, each report one
+	// pipelined round trip, and the length of the buckets its counts are
+	// kept in: the same on every proxy of a fleet.
 	SyncInterval Duration `yaml:"sync_interval"`
 	// Fallback is FallbackLocal or FallbackShare.
 	Fallback string `yaml:"fallback"`

@@ -126,7 +126,7 @@ func (s simulation) run(t *testing.T, client func() redis.UniversalClient) []int
 				// As the proxy decides (decide.go).
 				ok, limit := true, s.limit
 				if s.coordinated {
-					ok, limit = p.fleet.Admit(ts, 42, label, s.limit), p.fleet.LocalLimit(s.limit)
+					ok, limit = p.fleet.Decide(ts, 42, label, s.limit)
 				}
 				if ok {
 					ok = p.lim.AllowAt(ts, 42, label, limit) != ratelimit.Reject

@@ -86,8 +86,7 @@ func admit(lim *ratelimit.Limiter, fl *ratelimit.Fleet, now, token int64, label 
 	}
 	ok := true
 	if fl != nil {
-		ok = fl.Admit(now, token, label, limit)
-		limit = fl.LocalLimit(limit)
+		ok, limit = fl.Decide(now, token, label, limit)
 	}
 	return ok && lim.AllowAt(now, token, label, limit) != ratelimit.Reject
 }

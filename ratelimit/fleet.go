@@ -98,6 +98,31 @@ func NewFleet(entries int) *Fleet {
 // limit is the partition's limit for the whole fleet, kept for Collect.
 // now is in nanoseconds on the caller's clock, as given to Set.
 func (f *Fleet) Admit(now int64, token int64, label Label, limit uint32) bool {
+	ok, _ := f.decide(now, token, label, limit)
+	return ok
+}
+
+// Decide is Admit, and also returns the limit the local Limiter is to
+// apply to what the fleet admits: LocalLimit's, or twice it while a share
+// below one holds this proxy to its part of the limit. A proxy admitting
+// exactly its part, all of the limit when it has all the traffic, would
+// otherwise feed its local bucket at the rate it refills, left empty by
+// the partition's first second, and the jitter of arrivals would refuse
+// some of what the fleet admits (a lone proxy admitted 7% under its limit
+// in such seconds); twice still stops a proxy that the fleet's view is
+// late for from admitting much more than the limit.
+func (f *Fleet) Decide(now int64, token int64, label Label, limit uint32) (admit bool, local uint32) {
+	ok, shared := f.decide(now, token, label, limit)
+	local = f.LocalLimit(limit)
+	if shared {
+		local = uint32(min(2*uint64(local), math.MaxUint32))
+	}
+	return ok, local
+}
+
+// decide is Admit, and also reports whether a current share below one
+// decided.
+func (f *Fleet) decide(now int64, token int64, label Label, limit uint32) (admit, shared bool) {
 	h := mix(uint64(token) ^ uint64(label)<<32 ^ f.salt)
 	bi := h & f.mask
 	b := &f.buckets[bi]
@@ -116,7 +141,7 @@ func (f *Fleet) Admit(now int64, token int64, label Label, limit uint32) bool {
 	// stream of cold ones (uniform traffic, or a client spraying keys)
 	// costs a bucket read and rarely takes a place.
 	if (now>>10)&7 != 0 {
-		return true
+		return true, false
 	}
 	for i := range b.keys {
 		if b.keys[i].Load() == 0 && b.keys[i].CompareAndSwap(0, keyBusy) {
@@ -128,30 +153,30 @@ func (f *Fleet) Admit(now int64, token int64, label Label, limit uint32) bool {
 			e.rate.Store(0)
 			e.hits.Store(1)
 			b.keys[i].Store(want)
-			return true
+			return true, false
 		}
 	}
-	return true // not tracked: the local Limiter decides alone
+	return true, false // not tracked: the local Limiter decides alone
 }
 
-func (e *fleetEntry) admitAt(now int64) bool {
+func (e *fleetEntry) admitAt(now int64) (admit, shared bool) {
 	e.hits.Add(1)
 	a := e.admit.Load()
 	share := uint32(a >> 32)
 	// The deadline is kept modulo 2^32 ms and compared as a difference,
 	// which holds for shares set less than 24 days apart from a reading.
 	if a == 0 || share >= one || int32(uint32(now/1e6)-uint32(a)) > 0 {
-		return true
+		return true, false
 	}
 	for {
 		c := e.credit.Load()
 		n := c + share
 		if n >= one {
 			if e.credit.CompareAndSwap(c, n-one) {
-				return true
+				return true, true
 			}
 		} else if e.credit.CompareAndSwap(c, n) {
-			return false
+			return false, true
 		}
 	}
 }
