@@ -41,8 +41,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -60,11 +62,12 @@ type Config struct {
 	// closes it when Run returns.
 	Client redis.UniversalClient
 	// Redial, when not nil, returns a new client of the same Redis. While
-	// coordination is lost, each report that fails replaces the client
-	// with one from Redial (closing the old), so that the next report dials
-	// Redis again: a go-redis client whose dials failed tries again only
-	// once a second, and a fleet whose fallback admits more than the limit
-	// would go on admitting it for that long after Redis is back.
+	// coordination is lost, each report that fails other than by a
+	// timeout replaces the client with one from Redial (closing the old),
+	// so that the next report dials Redis again: a go-redis client whose
+	// dials failed tries again only once a second, and a fleet whose
+	// fallback admits more than the limit would go on admitting it for
+	// that long after Redis is back.
 	Redial func() (redis.UniversalClient, error)
 	// KeyPrefix starts every key.
 	KeyPrefix string
@@ -95,6 +98,18 @@ const proxiesMemory = 10 * time.Second
 // that fail, a loaded host's late one say, end nothing: coordination is
 // lost only when Redis stays silent for as long.
 const minHold = time.Second
+
+// holdFor returns how long shares keep their value after the last report
+// that succeeded, at interval.
+func holdFor(interval time.Duration) time.Duration { return max(minHold, 3*interval) }
+
+// ReportTimeout is how long a report at interval may take, half the time
+// shares hold: on a host whose cores are busy, a round trip to a Redis on
+// loopback can take several intervals, and a report that gave up after one
+// would fail again and again until coordination was lost, though Redis
+// answers. Reports run one after another, so a slow one delays the next
+// and never piles up; the request path does not wait on any.
+func ReportTimeout(interval time.Duration) time.Duration { return holdFor(interval) / 2 }
 
 // maxProxyRate bounds the operations one proxy can be offered on one
 // partition in a second, and so what it can report of them: over 30 times
@@ -160,14 +175,14 @@ func New(cfg Config, f *ratelimit.Fleet, log zerolog.Logger, m *Metrics) *Report
 		cfg: cfg, fleet: f, log: log, m: m,
 		id:      host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:]),
 		window:  max(2, int64(math.Round(float64(time.Second)/float64(cfg.Interval)))),
-		hold:    max(minHold, 3*cfg.Interval),
+		hold:    holdFor(cfg.Interval),
 		up:      true, // so that the first failure is logged
 		proxies: 1,
 	}
 }
 
 // Run reports every interval until ctx is done, then closes the client.
-// A report that does not finish within the interval is abandoned, and its
+// A report that does not finish within ReportTimeout is abandoned, and its
 // counts go with the next one.
 func (r *Reporter) Run(ctx context.Context) {
 	defer r.cfg.Client.Close()
@@ -186,7 +201,7 @@ func (r *Reporter) Run(ctx context.Context) {
 
 // Report makes one report now; Run calls it every interval.
 func (r *Reporter) Report(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Interval)
+	ctx, cancel := context.WithTimeout(ctx, ReportTimeout(r.cfg.Interval))
 	defer cancel()
 	start := time.Now()
 	now := r.cfg.Now()
@@ -222,7 +237,7 @@ func (r *Reporter) Report(ctx context.Context) {
 
 // failed follows a report that failed with err, whose counts covered from
 // to now. The counts go with the next report, unless they would make it
-// cover more than three intervals. Shares keep their value for the hold
+// cover more than the hold time. Shares keep their value for the hold
 // time after the last report that succeeded; past it, coordination is
 // lost, and each hot partition is admitted at its limit's part for this
 // proxy (the whole limit, or its share under fallback share) of what this
@@ -230,7 +245,7 @@ func (r *Reporter) Report(ctx context.Context) {
 // limit, then holds no burst to let through.
 func (r *Reporter) failed(err error, from, now time.Time) {
 	r.m.failures.Inc()
-	if now.Sub(from) < 3*r.cfg.Interval {
+	if now.Sub(from) < r.hold {
 		for _, e := range r.entries {
 			r.fleet.Return(e)
 		}
@@ -251,7 +266,7 @@ func (r *Reporter) failed(err error, from, now time.Time) {
 		divisor = r.mostProxies(now)
 		r.fleet.SetDivisor(uint32(divisor))
 	}
-	if r.cfg.Redial != nil {
+	if r.cfg.Redial != nil && !timedOut(err) {
 		if c, err := r.cfg.Redial(); err == nil {
 			r.cfg.Client.Close()
 			r.cfg.Client = c
@@ -263,6 +278,14 @@ func (r *Reporter) failed(err error, from, now time.Time) {
 		own := float64(e.Hits) / span
 		r.fleet.Set(e, share(float64(e.Limit)/float64(divisor), own), until)
 	}
+}
+
+// timedOut reports whether err is a report's timeout, or a read's or
+// write's: Redis was reached, and the client's connections are dialled
+// again as needed, without Redial.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // share is the part of rate to admit to keep it within limit.
@@ -371,9 +394,10 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 // or admit it as if uncoordinated (a negative one): a count under 0, or not
 // a number, under what this report just added to it (a count only grows),
 // or over what the proxies seen could have reported in a bucket (each,
-// what it was offered over at most four intervals).
+// what it was offered over twice the hold time: a report carries counts of
+// at most the hold time and a report's timeout).
 func (r *Reporter) rate(at, first, since int64, span time.Duration) error {
-	most := int64(float64(4*r.proxies*maxProxyRate) * r.cfg.Interval.Seconds())
+	most := int64(float64(2*r.proxies*maxProxyRate) * r.hold.Seconds())
 	var bad error
 	implausible := func(e ratelimit.FleetEntry, b int64, v any) {
 		r.m.implausible.Inc()

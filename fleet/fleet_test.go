@@ -601,7 +601,7 @@ func TestFleetOutage(t *testing.T) {
 	t.Parallel()
 	addr := redistest.Start(t)
 	client := func() redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 50 * time.Millisecond, Dialer: NewDialer(50*time.Millisecond, nil)})
+		return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 50 * time.Millisecond, Dialer: NewDialer(50*time.Millisecond, nil)})
 	}
 	const limit, stop, start = 200, 4, 8
 	for _, alg := range []string{ratelimit.AlgorithmTokenBucket, ratelimit.AlgorithmScylla} {

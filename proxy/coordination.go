@@ -115,8 +115,8 @@ func (p *Proxy) stopCoordination() {
 
 // redisClient returns a client for the Redis of cfg. It connects lazily:
 // a Redis that is down is a failed report, not a failed start. Every
-// operation is bounded by the sync interval, and none is retried, nor a
-// dial, so that a report never runs into the next one.
+// operation is bounded by a report's timeout (fleet.ReportTimeout), and
+// none is retried, nor a dial: the next report tries again.
 func redisClient(cfg config.CoordinationConfig) (redis.UniversalClient, error) {
 	password, err := cfg.Password()
 	if err != nil {
@@ -131,8 +131,8 @@ func redisClient(cfg config.CoordinationConfig) (redis.UniversalClient, error) {
 		// TLS dialer takes it from the address).
 		conf.ServerName = t.ServerName
 	}
-	timeout := time.Duration(cfg.SyncInterval)
-	dialTimeout := max(timeout, 100*time.Millisecond)
+	timeout := fleet.ReportTimeout(time.Duration(cfg.SyncInterval))
+	dialTimeout := timeout
 	// The dialer bounds what a reply may make the client allocate
 	// (fleet.NewDialer), and dials TLS itself.
 	dial := fleet.NewDialer(dialTimeout, conf)
