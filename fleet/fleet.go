@@ -16,7 +16,7 @@
 // each proxy last reported, so that each knows how many share the limits.
 //
 // A report that fails ends nothing at once: its counts go with the next
-// one, and shares keep their value for a hold time (a second, or three
+// one, and shares keep their value for a hold time (three seconds, or three
 // intervals if longer) after the last report that succeeded. Once Redis has
 // been silent for that long, each proxy limits alone: a hot partition at
 // its limit's part for this proxy of what this proxy is offered, the whole
@@ -97,7 +97,7 @@ const proxiesMemory = 10 * time.Second
 // that succeeded; Config.Interval's triple when longer. Until then reports
 // that fail, a loaded host's late one say, end nothing: coordination is
 // lost only when Redis stays silent for as long.
-const minHold = time.Second
+const minHold = 3 * time.Second
 
 // holdFor returns how long shares keep their value after the last report
 // that succeeded, at interval.
@@ -151,10 +151,11 @@ type Reporter struct {
 	}
 
 	entries []ratelimit.FleetEntry
-	incr    []*redis.IntCmd
+	incr    []added
 	counts  []*redis.SliceCmd
 	added   *redis.IntCmd
 	rates   []float64
+	parts   []part
 	keyBuf  []byte
 	keyArgs []string
 }
@@ -327,9 +328,12 @@ func (r *Reporter) bucket(t time.Time) int64 {
 // a second of some proxies' counts, depending on whether they had reported
 // yet in the current one, and err by up to an interval's worth.
 func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
-	at := r.bucket(from.Add(now.Sub(from) / 2))
 	last := r.bucket(now) - 2
 	first := last - r.window + 1
+	// Counts of a report late by more than an interval (a loaded host's,
+	// or those a failed report handed on) are spread over the buckets of
+	// the time they cover, from the oldest a window may still read.
+	spread := r.spread(from, now, first-1)
 	pipe := r.cfg.Client.Pipeline()
 	members := r.cfg.KeyPrefix + "proxies"
 	ms := now.UnixMilli()
@@ -340,10 +344,22 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	count := pipe.ZCount(ctx, members, "-inf", strconv.FormatInt(ms+proxiesWindow.Milliseconds(), 10))
 	pipe.PExpire(ctx, members, 2*proxiesWindow)
 	r.incr, r.counts = r.incr[:0], r.counts[:0]
-	for _, e := range r.entries {
-		k := r.key(e, at)
-		r.incr = append(r.incr, pipe.IncrBy(ctx, k, int64(e.Hits)))
-		pipe.PExpire(ctx, k, time.Duration(r.window+3)*r.cfg.Interval)
+	for i, e := range r.entries {
+		// Rounded from the counts to the end of each part, so that the
+		// parts add up to the counts, less what went before oldest.
+		done, before := 0.0, int64(0)
+		for _, part := range spread {
+			done += part.weight
+			upto := int64(math.Round(float64(e.Hits) * min(done, 1)))
+			n := upto - before
+			before = upto
+			if n == 0 {
+				continue
+			}
+			k := r.key(e, part.bucket)
+			r.incr = append(r.incr, added{pipe.IncrBy(ctx, k, n), n, i, part.bucket})
+			pipe.PExpire(ctx, k, time.Duration(r.window+3)*r.cfg.Interval)
+		}
 		args := r.keyArgs[:0]
 		for b := first; b <= last; b++ {
 			args = append(args, r.key(e, b))
@@ -371,9 +387,11 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	// empty history.
 	since := r.since
 	if r.lost || (r.added.Val() == 1 && !r.lastOK.IsZero() && now.Sub(r.lastOK) < proxiesWindow) {
-		since = at
+		// Other proxies' counts of the buckets until now may be missing
+		// too, until they have reported again.
+		since = r.bucket(now) - 1
 	}
-	if err := r.rate(at, first, since, now.Sub(from)); err != nil {
+	if err := r.rate(first, since, now.Sub(from)); err != nil {
 		return err
 	}
 	r.since, r.lost = since, false
@@ -385,8 +403,8 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	return nil
 }
 
-// rate sets rates to the fleet's rate of each partition reported in bucket
-// at, from its counts in the window's buckets, the first of which is first, and for
+// rate sets rates to the fleet's rate of each partition reported, from its
+// counts in the window's buckets, the first of which is first, and for
 // buckets before since, its last known rate (or, if none is known, this
 // proxy's rate over span times the proxies seen). Counts that no fleet
 // could have written fail the report, as if Redis could not be reached,
@@ -396,21 +414,23 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 // or over what the proxies seen could have reported in a bucket (each,
 // what it was offered over twice the hold time: a report carries counts of
 // at most the hold time and a report's timeout).
-func (r *Reporter) rate(at, first, since int64, span time.Duration) error {
+func (r *Reporter) rate(first, since int64, span time.Duration) error {
 	most := int64(float64(2*r.proxies*maxProxyRate) * r.hold.Seconds())
 	var bad error
 	implausible := func(e ratelimit.FleetEntry, b int64, v any) {
 		r.m.implausible.Inc()
 		if bad == nil {
-			bad = fmt.Errorf("counts no fleet of %d proxies could have written: %s is %v, this report added %d",
+			bad = fmt.Errorf("counts no fleet of %d proxies could have written: %s is %v, this report added %d in all",
 				r.proxies, r.key(e, b), v, e.Hits)
+		}
+	}
+	for _, a := range r.incr {
+		if cur, err := a.cmd.Result(); err == nil && (cur < a.n || cur > most) {
+			implausible(r.entries[a.entry], a.bucket, cur)
 		}
 	}
 	r.rates = r.rates[:0]
 	for i, e := range r.entries {
-		if cur, err := r.incr[i].Result(); err == nil && (cur < int64(e.Hits) || cur > most) {
-			implausible(e, at, cur)
-		}
 		// A partition that no proxy reported in the window's first
 		// buckets turned hot since: its rate is over the buckets from the
 		// first that holds a count, not over a second it was not hot for.
@@ -450,6 +470,42 @@ func (r *Reporter) rate(at, first, since int64, span time.Duration) error {
 		r.rates = append(r.rates, rate)
 	}
 	return bad
+}
+
+// added is an INCRBY of a report: n added to the count of entry's
+// partition in bucket.
+type added struct {
+	cmd    *redis.IntCmd
+	n      int64
+	entry  int
+	bucket int64
+}
+
+// part is a bucket of a report's counts, and the part of them it gets.
+type part struct {
+	bucket int64
+	weight float64
+}
+
+// spread returns the buckets a report's counts, of the time from from to
+// now, go to, none before oldest: the bucket of the middle of that time,
+// when it is at most two intervals long (each proxy then puts one report's
+// counts in each bucket, whatever the phase of its reports), or else the
+// buckets it covers, each in proportion to the time it covers of them.
+func (r *Reporter) spread(from, now time.Time, oldest int64) []part {
+	parts := r.parts[:0]
+	if now.Sub(from) <= 2*r.cfg.Interval {
+		r.parts = append(parts, part{bucket: max(r.bucket(from.Add(now.Sub(from)/2)), oldest), weight: 1})
+		return r.parts
+	}
+	iv := int64(r.cfg.Interval)
+	a, b := from.UnixNano(), now.UnixNano()
+	for k := max(a, oldest*iv) / iv; k*iv < b; k++ {
+		lo, hi := max(a, k*iv), min(b, (k+1)*iv)
+		parts = append(parts, part{bucket: k, weight: float64(hi-lo) / float64(b-a)})
+	}
+	r.parts = parts
+	return parts
 }
 
 // key returns the key of a partition's counts in bucket b:

@@ -46,7 +46,8 @@ func TestCoordinationFaults(t *testing.T) {
 		}},
 		{"slow", 2 * time.Second, func(t *testing.T) (string, string, string, func(), func()) {
 			r := newSlowRelay(t, redistest.Start(t))
-			return r.addr, "", "", func() { r.setDelay(500 * time.Millisecond) }, func() { r.setDelay(0) }
+			// Past a report's timeout (fleet.ReportTimeout: 1.5 s).
+			return r.addr, "", "", func() { r.setDelay(2 * time.Second) }, func() { r.setDelay(0) }
 		}},
 		{"wrong password", time.Second, func(t *testing.T) (string, string, string, func(), func()) {
 			addr, _ := redistest.StartACL(t)
@@ -108,12 +109,14 @@ func TestCoordinationFaults(t *testing.T) {
 				return took
 			}
 			up := func() float64 { return gaugeValue(t, reg, "cqlguard_coordination_up") }
+			// Coordination is lost once Redis has been silent for the
+			// hold time (3 s), and back at the first report it answers.
 			waitUp := func(want float64) {
 				t.Helper()
-				deadline := time.Now().Add(5 * time.Second)
+				deadline := time.Now().Add(10 * time.Second)
 				for up() != want {
 					if time.Now().After(deadline) {
-						t.Fatalf("cqlguard_coordination_up is %v after 5 s, want %v; log:\n%s", up(), want, log.String())
+						t.Fatalf("cqlguard_coordination_up is %v after 10 s, want %v; log:\n%s", up(), want, log.String())
 					}
 					run(20 * time.Millisecond)
 				}
