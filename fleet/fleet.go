@@ -139,6 +139,10 @@ type Reporter struct {
 	// lost says that counts were dropped since the last report that
 	// succeeded, so that Redis does not hold them.
 	lost bool
+	// oldest is when the proxy that reported least recently last
+	// reported, in Unix milliseconds, as the last report found it; 0 when
+	// unknown.
+	oldest int64
 	// since is the first bucket whose counts Redis holds in full: the
 	// window's older buckets are taken at each partition's last rate.
 	since int64
@@ -329,6 +333,15 @@ func (r *Reporter) bucket(t time.Time) int64 {
 // yet in the current one, and err by up to an interval's worth.
 func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	last := r.bucket(now) - 2
+	// A proxy whose reports run late (a busy host's) has not yet put its
+	// counts in the buckets since its last report: the window ends before
+	// the last report of the proxy that reported least recently, as the
+	// last report here found it, unless that is over a report's timeout
+	// and an interval ago (a proxy that stopped).
+	if r.oldest > 0 {
+		lag := int64((ReportTimeout(r.cfg.Interval) + r.cfg.Interval) / r.cfg.Interval)
+		last = min(last, max(r.bucket(time.UnixMilli(r.oldest))-1, last-lag))
+	}
 	first := last - r.window + 1
 	// Counts of a report late by more than an interval (a loaded host's,
 	// or those a failed report handed on) are spread over the buckets of
@@ -342,6 +355,7 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	// A proxy's score is when it reported: one from the future is none a
 	// proxy wrote, and would stay in the set.
 	count := pipe.ZCount(ctx, members, "-inf", strconv.FormatInt(ms+proxiesWindow.Milliseconds(), 10))
+	oldest := pipe.ZRangeWithScores(ctx, members, 0, 0)
 	pipe.PExpire(ctx, members, 2*proxiesWindow)
 	r.incr, r.counts = r.incr[:0], r.counts[:0]
 	for i, e := range r.entries {
@@ -369,6 +383,9 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("reporting %d partitions: %w", len(r.entries), err)
+	}
+	if z := oldest.Val(); len(z) == 1 && z[0].Score > 0 && z[0].Score <= float64(ms) {
+		r.oldest = int64(z[0].Score)
 	}
 	if n, err := count.Result(); err == nil && n > 0 {
 		r.proxies = int(n)

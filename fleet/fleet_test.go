@@ -277,7 +277,7 @@ func TestProxiesFromTheFuture(t *testing.T) {
 // prefix "cqlguard:": the fleet's commands on its own keys and nothing
 // else (HELLO and AUTH are always allowed).
 const aclUser = "ACL SETUSER cqlguard on >%s resetkeys ~cqlguard:* resetchannels -@all " +
-	"+zadd +zremrangebyscore +zcount +pexpire +incrby +mget +cluster|slots"
+	"+zadd +zremrangebyscore +zcount +zrange +pexpire +incrby +mget +cluster|slots"
 
 // TestReporterACLUser: the ACL user of docs/scale-out.md reports to a
 // Redis and to a Redis Cluster (ACL users are per node), and may touch no

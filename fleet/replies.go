@@ -45,8 +45,9 @@ import (
 
 // What the fleet reads from Redis, and so the most a reply may declare.
 // The reports' commands answer integers (ZADD, ZREMRANGEBYSCORE, ZCOUNT,
-// PEXPIRE, INCRBY) and arrays of at most 100 counts of at most 20 digits
-// each (MGET of a second's buckets, at the shortest interval). go-redis reads
+// PEXPIRE, INCRBY), arrays of at most 100 counts of at most 20 digits
+// each (MGET of a second's buckets, at the shortest interval) and a
+// proxy's name with its score (ZRANGE WITHSCORES). go-redis reads
 // more when it connects: HELLO's map, of short strings but for each
 // module's path (at most PATH_MAX, 4,096 bytes); CLIENT SETINFO's OK; in a
 // Redis Cluster, CLUSTER SLOTS (node ids of 40 bytes, hostnames of at most

@@ -72,13 +72,19 @@ type fleetRun struct {
 
 // run returns what the fleet admitted in each second, and its processes.
 func (r fleetRun) run(t *testing.T) ([]float64, []cqlguardProcess) {
+	admitted, _, procs := r.runOffered(t)
+	return admitted, procs
+}
+
+// runOffered is run, and also returns what the load generators offered in
+// each second.
+func (r fleetRun) runOffered(t *testing.T) (admitted, offered []float64, procs []cqlguardProcess) {
 	t.Helper()
 	if r.fallback == "" {
 		r.fallback = config.FallbackLocal
 	}
 	prefix := fmt.Sprintf("scaleout:%d:", time.Now().UnixNano())
 	var specs []load.Spec
-	var procs []cqlguardProcess
 	for i, part := range r.split {
 		p := startScaleOutProxy(t, r.bin, r.node, r.algorithm, r.fallback, scaleOutLimit, r.redis, prefix)
 		procs = append(procs, p)
@@ -89,16 +95,17 @@ func (r fleetRun) run(t *testing.T) ([]float64, []cqlguardProcess) {
 		spec.Dist, spec.HotKeys, spec.HotFraction, spec.OptIn = load.Hot, 1, 1, true
 		specs = append(specs, spec)
 	}
-	var admitted []float64
 	_, err := load.Run(context.Background(), specs, load.Options{
 		Duration: time.Duration(r.seconds) * time.Second,
 		Phases:   r.phases,
 		Report: func(s load.Second) {
-			ok := 0.0
+			ok, sent := 0.0, 0.0
 			for _, l := range s.Loaders {
 				ok += float64(l.Succeeded)
+				sent += float64(l.Attempted)
 			}
 			admitted = append(admitted, ok/s.Length.Seconds())
+			offered = append(offered, sent/s.Length.Seconds())
 		},
 	})
 	if err != nil {
@@ -107,7 +114,7 @@ func (r fleetRun) run(t *testing.T) ([]float64, []cqlguardProcess) {
 	for _, p := range procs {
 		p.stop()
 	}
-	return admitted, procs
+	return admitted, offered, procs
 }
 
 // TestScaleOut prints docs/scale-out.md's accuracy table from separate
@@ -217,8 +224,9 @@ func TestScaleOutBusyHost(t *testing.T) {
 		}
 		t.Cleanup(func() { burn.Process.Kill(); burn.Wait() })
 	}
-	got, procs := fleetRun{bin: bin, node: node.Addr(), redis: redisAddr, algorithm: ratelimit.AlgorithmTokenBucket,
-		split: even(3), offered: 5 * scaleOutLimit, seconds: 60}.run(t)
+	got, offered, procs := fleetRun{bin: bin, node: node.Addr(), redis: redisAddr, algorithm: ratelimit.AlgorithmTokenBucket,
+		split: even(3), offered: 5 * scaleOutLimit, seconds: 60}.runOffered(t)
+	t.Logf("offered per second %.0f", offered)
 	t.Logf("admitted per second %.0f", got)
 	for sec, x := range got[2:] {
 		if math.Abs(x-scaleOutLimit) > 0.1*scaleOutLimit {
