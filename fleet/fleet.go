@@ -241,8 +241,8 @@ func (r *Reporter) Report(ctx context.Context) {
 }
 
 // failed follows a report that failed with err, whose counts covered from
-// to now. The counts go with the next report, unless they would make it
-// cover more than the hold time. Shares keep their value for the hold
+// to now. The counts go with the next report, unless the report timed out
+// or they would make it cover more than the hold time. Shares keep their value for the hold
 // time after the last report that succeeded; past it, coordination is
 // lost, and each hot partition is admitted at its limit's part for this
 // proxy (the whole limit, or its share under fallback share) of what this
@@ -250,7 +250,10 @@ func (r *Reporter) Report(ctx context.Context) {
 // limit, then holds no burst to let through.
 func (r *Reporter) failed(err error, from, now time.Time) {
 	r.m.failures.Inc()
-	if now.Sub(from) < r.hold {
+	// A report that timed out may have been carried out all the same, its
+	// reply late: its counts are not sent again, and, lost or not, the
+	// window is read at the last rates until the buckets after it fill.
+	if !timedOut(err) && now.Sub(from) < r.hold {
 		for _, e := range r.entries {
 			r.fleet.Return(e)
 		}
