@@ -342,8 +342,7 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	// last report here found it, unless that is over a report's timeout
 	// and an interval ago (a proxy that stopped).
 	if r.oldest > 0 {
-		lag := int64((ReportTimeout(r.cfg.Interval) + r.cfg.Interval) / r.cfg.Interval)
-		last = min(last, max(r.bucket(time.UnixMilli(r.oldest))-1, last-lag))
+		last = min(last, max(r.bucket(time.UnixMilli(r.oldest))-1, last-r.lag()))
 	}
 	first := last - r.window + 1
 	// Counts of a report late by more than an interval (a loaded host's,
@@ -375,7 +374,9 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 			}
 			k := r.key(e, part.bucket)
 			r.incr = append(r.incr, added{pipe.IncrBy(ctx, k, n), n, i, part.bucket})
-			pipe.PExpire(ctx, k, time.Duration(r.window+3)*r.cfg.Interval)
+			// Kept for as long as a window, held back as far as it may
+			// be, can read it, and a few intervals more.
+			pipe.PExpire(ctx, k, time.Duration(r.window+r.lag()+3)*r.cfg.Interval)
 		}
 		args := r.keyArgs[:0]
 		for b := first; b <= last; b++ {
@@ -490,6 +491,12 @@ func (r *Reporter) rate(first, since int64, span time.Duration) error {
 		r.rates = append(r.rates, rate)
 	}
 	return bad
+}
+
+// lag returns the most buckets a window is held back for a proxy whose
+// reports run late: a report's timeout and an interval.
+func (r *Reporter) lag() int64 {
+	return int64((ReportTimeout(r.cfg.Interval) + r.cfg.Interval) / r.cfg.Interval)
 }
 
 // added is an INCRBY of a report: n added to the count of entry's
