@@ -10,7 +10,7 @@
 //
 // In Redis a partition is named by its limiter label and token, never by
 // its key, and counted in one key per interval (a bucket, numbered from the
-// Unix epoch), which expires by itself about a second later; the proxies'
+// Unix epoch), which expires by itself a few seconds later; the proxies'
 // clocks are assumed to agree to within a small part of an interval (NTP),
 // and every proxy of a fleet has the same interval. A sorted set holds when
 // each proxy last reported, so that each knows how many share the limits.
