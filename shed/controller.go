@@ -59,8 +59,9 @@ type ControllerConfig struct {
 	RatioRecover float64
 	// Floor is the short-term quantile (Reading.Short) under which the
 	// node is not slow, whatever its ratio: a node that answers within it
-	// is well, however much faster it usually is. 1ns: the ratio alone
-	// decides. DefaultFloor.
+	// is well, however much faster it usually is, until an overload is
+	// confirmed (Confirm); from then until shedding ends the ratio alone
+	// decides. 1ns: the ratio alone decides always. DefaultFloor.
 	Floor time.Duration
 	// Confirm is how long the signals must have been clearly unhealthy
 	// (the ratio under RatioBelow, or the queue standing) since shedding
@@ -186,8 +187,9 @@ const MaxBackoff = 8
 // All of that is after an overload: shedding whose signals are healthy
 // again within Confirm of its start was a false start, a blip that passed
 // by itself, and it ends at once. The latency signal is unhealthy only
-// over the Floor, so that a node slower than usual but still fast sheds
-// nothing at all.
+// over the Floor, so that a node slower than usual but still fast starts
+// shedding nothing at all; once an overload is confirmed, the ratio alone
+// decides until shedding ends.
 //
 // Update is meant for one goroutine on a ticker; Fraction and Shed for any
 // number of request paths, without a lock.
@@ -353,7 +355,11 @@ func (c *Controller) Update(now int64, r Reading, queueOver bool) {
 	c.last = max(c.last, now)
 	ratio := r.Ratio
 	ratioOK := r.OK && ratio > 0 && !math.IsInf(ratio, 0)
-	fast := r.Short < c.cfg.Floor
+	// The floor keeps a fast node from starting to shed; once an overload
+	// is confirmed, shedding brings the node back to its usual, as the
+	// ratio says, not merely under the floor: a floor of many times the
+	// usual would let the shed tier back in until the node was that slow.
+	fast := r.Short < c.cfg.Floor && !c.confirmed
 	// In the band, only a tier still partly let through is worth shedding
 	// more: in the reserve nothing is, and the ratio's noise would ratchet
 	// the pressure up.

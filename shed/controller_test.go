@@ -532,6 +532,11 @@ func TestControllerFloorAndConfirm(t *testing.T) {
 			{time.Second, slow, false}, {6 * time.Second, well, false}, {time.Second, slow, false}, {100 * time.Millisecond, well, false},
 		}, 0, 0},
 		{"untrusted", []seg{{5 * time.Second, Reading{Ratio: 0.1, Short: time.Second}, false}}, 0, 0},
+		// Once confirmed, the node is brought back to its usual, not merely
+		// under the floor: a shed tier let back in would otherwise keep it
+		// several times slower than usual.
+		{"a confirmed overload goes on under the floor", []seg{{3 * time.Second, slow, false}, {time.Second, fastSlow, false}}, 1.95, 2},
+		{"and falls once the ratio recovers", []seg{{3 * time.Second, slow, false}, {time.Second, well, false}}, 1.2, 1.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
