@@ -416,7 +416,11 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 		return err
 	}
 	r.since, r.lost = since, false
-	until := now.Add(r.hold + 2*r.cfg.Interval).UnixNano()
+	// Past the hold time, until the report that fails after it (at most a
+	// report's timeout and an interval later) sets the shares of a proxy
+	// alone: shares that lapsed first would leave the local limiters, full,
+	// to let their burst through.
+	until := now.Add(r.hold + ReportTimeout(r.cfg.Interval) + 2*r.cfg.Interval).UnixNano()
 	for i, e := range r.entries {
 		r.fleet.Remember(e, r.rates[i])
 		r.fleet.Set(e, share(float64(e.Limit), r.rates[i]), until)
