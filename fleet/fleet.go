@@ -149,7 +149,7 @@ type Reporter struct {
 	// proxies is the proxies the last report counted; seen the most
 	// counted in each second of the last proxiesMemory.
 	proxies int
-	seen    [10]struct {
+	seen    [proxiesMemory / time.Second]struct {
 		sec int64
 		n   int
 	}
