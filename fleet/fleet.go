@@ -157,7 +157,6 @@ type Reporter struct {
 	entries []ratelimit.FleetEntry
 	incr    []added
 	counts  []*redis.SliceCmd
-	added   *redis.IntCmd
 	rates   []float64
 	parts   []part
 	keyBuf  []byte
@@ -352,7 +351,7 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	pipe := r.cfg.Client.Pipeline()
 	members := r.cfg.KeyPrefix + "proxies"
 	ms := now.UnixMilli()
-	r.added = pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
+	joined := pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
 	pipe.ZRemRangeByScore(ctx, members, "-inf", strconv.FormatInt(ms-proxiesWindow.Milliseconds(), 10))
 	// A proxy's score is when it reported: one from the future is none a
 	// proxy wrote, and would stay in the set.
@@ -407,7 +406,7 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	// known rate, so that the shares go on from it rather than from an
 	// empty history.
 	since := r.since
-	if r.lost || (r.added.Val() == 1 && !r.lastOK.IsZero() && now.Sub(r.lastOK) < proxiesWindow) {
+	if r.lost || (joined.Val() == 1 && !r.lastOK.IsZero() && now.Sub(r.lastOK) < proxiesWindow) {
 		// Other proxies' counts of the buckets until now may be missing
 		// too, until they have reported again.
 		since = r.bucket(now) - 1

@@ -123,12 +123,7 @@ func (r fleetRun) runOffered(t *testing.T) (admitted, offered []float64, procs [
 // twice it on, for both algorithms), and their mean within 2%:
 // CQLGUARD_SCALEOUT=1 go test ./test/integration -run 'ScaleOut$' -v.
 func TestScaleOut(t *testing.T) {
-	if os.Getenv("CQLGUARD_SCALEOUT") == "" {
-		t.Skip("set CQLGUARD_SCALEOUT=1 to print the table")
-	}
-	redisAddr := redistest.Start(t)
-	bin := buildCqlguard(t)
-	node := startFakeNode(t)
+	redisAddr, bin, node := scaleOutSetup(t)
 	const seconds = 10
 	t.Log("| algorithm | proxies | split | V/L | seconds 0 and 1 | admitted/s, seconds 2-9 | mean off by | worst second off by |")
 	t.Log("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -163,12 +158,7 @@ func TestScaleOut(t *testing.T) {
 // the first second after it answers again, none admits more than 1.2 L:
 // CQLGUARD_SCALEOUT=1 go test ./test/integration -run ScaleOutFaults -v.
 func TestScaleOutFaults(t *testing.T) {
-	if os.Getenv("CQLGUARD_SCALEOUT") == "" {
-		t.Skip("set CQLGUARD_SCALEOUT=1 to run")
-	}
-	redisAddr := redistest.Start(t)
-	bin := buildCqlguard(t)
-	node := startFakeNode(t)
+	redisAddr, bin, node := scaleOutSetup(t)
 	const stop, restart, seconds = 6 * time.Second, 11500 * time.Millisecond, 20
 	for _, alg := range []string{ratelimit.AlgorithmTokenBucket, ratelimit.AlgorithmScylla} {
 		for _, fallback := range []string{config.FallbackLocal, config.FallbackShare} {
@@ -211,12 +201,7 @@ func TestScaleOutFaults(t *testing.T) {
 // is within 10% of the limit:
 // CQLGUARD_SCALEOUT=1 go test ./test/integration -run ScaleOutBusyHost -v.
 func TestScaleOutBusyHost(t *testing.T) {
-	if os.Getenv("CQLGUARD_SCALEOUT") == "" {
-		t.Skip("set CQLGUARD_SCALEOUT=1 to run")
-	}
-	redisAddr := redistest.Start(t)
-	bin := buildCqlguard(t)
-	node := startFakeNode(t)
+	redisAddr, bin, node := scaleOutSetup(t)
 	for range runtime.NumCPU() {
 		burn := exec.Command("sh", "-c", "while :; do :; done")
 		if err := burn.Start(); err != nil {
@@ -242,6 +227,16 @@ func TestScaleOutBusyHost(t *testing.T) {
 			t.Errorf("cqlguard at %s lost coordination %d times:\n%s", p.addr, n, b)
 		}
 	}
+}
+
+// scaleOutSetup skips the test unless CQLGUARD_SCALEOUT is set, and
+// otherwise starts a Redis, builds cqlguard and starts a fake node for it.
+func scaleOutSetup(t *testing.T) (redisAddr, bin string, node *fakenode.Node) {
+	t.Helper()
+	if os.Getenv("CQLGUARD_SCALEOUT") == "" {
+		t.Skip("set CQLGUARD_SCALEOUT=1 to run")
+	}
+	return redistest.Start(t), buildCqlguard(t), startFakeNode(t)
 }
 
 // startScaleOutProxy starts a cqlguard process, bin, in front of upstream,
