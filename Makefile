@@ -74,7 +74,7 @@ goodput: build
 	bin/cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/goodput.png $(GOODPUTFLAGS)
 
-# classes runs the client classes experiment (issue 15): against the local
+# classes runs the client classes experiment (docs/benchmarks.md): against the local
 # Cassandra it starts, pinned to a CPU of its own, an application of
 # single-row reads and one of whole-partition reads, each a client class by
 # its APPLICATION_NAME, alone and then together under equal request budgets
@@ -86,7 +86,7 @@ classes: build
 	bin/cqlguard-bench classes -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/classes.png $(CLASSESFLAGS)
 
-# shedding runs the shedding experiment (issue 16): against the local
+# shedding runs the shedding experiment (docs/benchmarks.md): against the local
 # Cassandra it starts, pinned to a CPU of its own, an interactive class of
 # single-row reads (tier 0) alone, then with a batch class of
 # whole-partition reads (tier 5) at a light rate the node answers easily,

@@ -573,7 +573,7 @@ func nanMax(a, b float64) float64 {
 	return max(a, b)
 }
 
-// checks are the targets for one half: the interactive class's
+// checks are the experiment's targets for one half: the interactive class's
 // p99 and goodput with the heavy batch load beside it against the same
 // half's phase alone, and nothing shed while the node was healthy, alone
 // or with the light batch load. The light-batch phase's p99 and goodput

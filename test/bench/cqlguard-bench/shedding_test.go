@@ -17,7 +17,7 @@ import (
 
 // The shedding experiment puts each second together from the loaders and
 // the metrics sampled around it, averages each phase of each half over
-// the seconds after its change settled, checks the targets,
+// the seconds after its change settled, checks the experiment's targets,
 // writes its configurations so that they load, and plots a PNG.
 func TestSheddingSummary(t *testing.T) {
 	t.Parallel()
