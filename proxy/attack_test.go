@@ -24,7 +24,7 @@ import (
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
-// Regression tests for what an attacker found (issue 19): what one
+// Regression tests for what an attacker found: what one
 // connection sends must not change how others are treated, and a
 // connection's memory follows what it has in flight.
 

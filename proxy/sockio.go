@@ -10,8 +10,8 @@ package proxy
 // has been idle, and the monitor then checks every 20 µs for a while, to
 // hand a P stuck in a system call to another thread. At the loads a proxy
 // runs, busy and idle thousands of times a second, that monitor was a
-// fifth of the proxy's CPU and its futexes more (docs/benchmarks.md,
-// issue 18). sockReader and sockWriter make the same read(2) and write(2)
+// fifth of the proxy's CPU and its futexes more (docs/benchmarks.md).
+// sockReader and sockWriter make the same read(2) and write(2)
 // as raw system calls inside syscall.RawConn's Read and Write, so that the
 // net package's poller still waits for readiness and keeps deadlines, and
 // the runtime counts the call as the running goroutine's own work. A raw
