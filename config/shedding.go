@@ -23,7 +23,8 @@ type SheddingConfig struct {
 	// Error is what a shed request is answered with: "overloaded" (the
 	// protocol's Overloaded, which drivers resend to another node: the
 	// Python drivers any request, the others only idempotent ones) or
-	// "config_error" (not retried by default). See the README's table.
+	// "config_error" (not retried by default). See the table in
+	// docs/configuration.md.
 	Error string `yaml:"error"`
 	// MaxPrice, over 1, prices instead of refusing: a request of a class
 	// with a budget (clients: max_units_per_second) is forwarded while its
