@@ -16,6 +16,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The product's module alone: go.work also ties in the benchmark tool's and
+# the deploy tests' modules, whose dependencies the binary does not use.
+ENV GOWORK=off
 # -buildvcs=auto stamps the revision when Git can read .git and carries on
 # without it otherwise; -s -w strip symbols, not the build information.
 RUN CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags='-s -w' -o /cqlguard ./cmd/cqlguard

@@ -5,6 +5,10 @@ GOBIN       ?= $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME    ?= 10s
+# The product's module, and the modules of the benchmark tool and the deploy
+# tests, which go.work ties together: their dependencies (plotting, an event
+# loop, Kubernetes' types) stay out of the product's go.mod.
+PACKAGES    := ./... ./deploy/... ./test/bench/...
 
 .PHONY: all build demo test lint unit fuzz integration bench goodput classes shedding clean
 
@@ -32,8 +36,8 @@ $(STATICCHECK):
 
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(STATICCHECK) ./...
+	$(GO) vet $(PACKAGES)
+	$(STATICCHECK) $(PACKAGES)
 
 # unit installs Redis and Prometheus first (Debian's packages,
 # test/redis/redis.sh and test/prometheus/prometheus.sh): the fleet-wide
@@ -42,13 +46,13 @@ lint: $(STATICCHECK)
 unit:
 	bash test/redis/redis.sh install
 	bash test/prometheus/prometheus.sh install
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $(PACKAGES)
 
 fuzz:
 	bash test/fuzz.sh $(FUZZTIME)
 
 integration:
-	CQLGUARD_INTEGRATION=1 $(GO) test -race -count=1 -timeout 40m -v ./test/...
+	CQLGUARD_INTEGRATION=1 $(GO) test -race -count=1 -timeout 40m -v ./test/... ./test/bench/...
 
 # bench measures cqlguard against a fake upstream node, each workload direct,
 # through a Go relay, an event-loop relay and HAProxy (installed first; its rows are skipped if that

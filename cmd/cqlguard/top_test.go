@@ -19,8 +19,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/cqlguard/cqlguard/proxy"
-	"github.com/cqlguard/cqlguard/test/bench/load"
 	"github.com/cqlguard/cqlguard/test/fakenode"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 var topAt = time.Date(2026, 3, 1, 12, 30, 45, 0, time.UTC)

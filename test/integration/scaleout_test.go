@@ -14,8 +14,8 @@ import (
 
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/ratelimit"
-	"github.com/cqlguard/cqlguard/test/bench/load"
 	"github.com/cqlguard/cqlguard/test/fakenode"
+	"github.com/cqlguard/cqlguard/test/load"
 	"github.com/cqlguard/cqlguard/test/redistest"
 )
 

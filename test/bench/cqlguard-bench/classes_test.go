@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // The client classes experiment puts each second together from the

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // classRows measures the pipelining load through cqlguard with client

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // gocqlMode is one load of the rows driven by gocql.

@@ -24,7 +24,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // goodput runs the goodput experiment against a real node: a uniform read

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // The goodput experiment's figures are means per phase over the seconds

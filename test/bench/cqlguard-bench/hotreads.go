@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // hotRows measures one hot key read through cqlguard three ways: every

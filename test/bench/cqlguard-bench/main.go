@@ -31,9 +31,9 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/test/bench/gocqlload"
-	"github.com/cqlguard/cqlguard/test/bench/load"
 	"github.com/cqlguard/cqlguard/test/bench/relay"
 	"github.com/cqlguard/cqlguard/test/fakenode"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 func main() {

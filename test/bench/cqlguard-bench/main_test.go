@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cqlguard/cqlguard/test/bench/load"
 	"github.com/cqlguard/cqlguard/test/fakenode"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 func TestParseStatCPU(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // writeReport writes the machine, the method and the tables, in Markdown.

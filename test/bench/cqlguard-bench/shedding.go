@@ -21,7 +21,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // sheddingExp runs the shedding experiment against a real node: an

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // The shedding experiment puts each second together from the loaders and

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // suite runs the benchmark behind make bench: the fake upstream and

@@ -20,7 +20,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/cqlguard/cqlguard/test/bench/load"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // Spec is one run's load.
