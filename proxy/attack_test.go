@@ -448,7 +448,7 @@ func TestLimiterCountersSurviveReload(t *testing.T) {
 	var wantAccepted, wantRejected float64
 	for i, text := range []string{"limits: {algorithm: scylla}\n", "limits: {algorithm: token-bucket, burst: 2}\n"} {
 		for range 5 {
-			if p.limiter.Load().AllowAt(now, 42, 1, 1) == ratelimit.Reject {
+			if p.settings.Load().limiter.AllowAt(now, 42, 1, 1) == ratelimit.Reject {
 				wantRejected++
 			} else {
 				wantAccepted++
@@ -577,7 +577,7 @@ func TestManyPartitionsCountedOrRefused(t *testing.T) {
 	if r := query(1, inList("ks.kv", 1024)); r.opcode != frame.OpResult {
 		t.Fatalf("IN of 1024 keys: %v", r)
 	}
-	if st := b.p.limiter.Load().Stats(); st.Accepted != 1024 {
+	if st := b.p.settings.Load().limiter.Stats(); st.Accepted != 1024 {
 		t.Errorf("IN of 1024 keys: %d partitions counted, want 1024", st.Accepted)
 	}
 	if r := query(2, inList("ks.kv", 5000)); r.code != frame.ErrCodeInvalid || !strings.Contains(r.msg, "limits.max_partitions_per_request") {

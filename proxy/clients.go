@@ -41,9 +41,11 @@ type clientClass struct {
 	// Each set is nil when its list is not set.
 	users, apps, ids, drivers map[string]bool
 	prefixes                  []netip.Prefix
-	// budget is max_units_per_second; nil for none.
+	// budget is max_units_per_second; nil for none. A budget kept from the
+	// classes a reload replaced takes perSecond and burst when the new
+	// classes are applied.
 	budget                *ratelimit.Budget
-	perSecond             float64
+	perSecond, burst      float64
 	requests, units       prometheus.Counter
 	refusals, dryRefusals prometheus.Counter
 	conns                 prometheus.Gauge
@@ -90,7 +92,8 @@ func newClientMetrics(reg prometheus.Registerer) *clientMetrics {
 
 // newClientClasses builds the classes of cfg, keeping the budgets of
 // classes of old with the same name, so that a reload neither forgives a
-// debt nor refills a budget.
+// debt nor refills a budget. It changes nothing of old: apply sets the
+// kept budgets' rates once the classes are in effect.
 func newClientClasses(cfg config.ClientsConfig, units config.RequestUnitsConfig, old *clientClasses, m *clientMetrics, now int64) (*clientClasses, error) {
 	kept := map[string]*ratelimit.Budget{}
 	if old != nil {
@@ -100,11 +103,10 @@ func newClientClasses(cfg config.ClientsConfig, units config.RequestUnitsConfig,
 			}
 		}
 	}
-	m.info.Reset()
 	cc := &clientClasses{units: units}
 	for _, cl := range append(append([]config.ClientClass(nil), cfg.Classes...), cfg.Default) {
 		c := &clientClass{
-			name: cl.Name, tier: cl.TierOrDefault(), perSecond: cl.MaxUnitsPerSecond,
+			name: cl.Name, tier: cl.TierOrDefault(), perSecond: cl.MaxUnitsPerSecond, burst: cl.Burst(),
 			users: set(cl.Match.Users), apps: set(cl.Match.ApplicationNames),
 			ids: set(cl.Match.ClientIDs), drivers: set(cl.Match.DriverNames),
 			requests: m.requests.WithLabelValues(cl.Name), units: m.units.WithLabelValues(cl.Name),
@@ -116,14 +118,10 @@ func newClientClasses(cfg config.ClientsConfig, units config.RequestUnitsConfig,
 			return nil, fmt.Errorf("clients: class %s: %w", cl.Name, err)
 		}
 		if cl.MaxUnitsPerSecond > 0 {
-			if b := kept[cl.Name]; b != nil {
-				b.Set(cl.MaxUnitsPerSecond, cl.Burst(), now)
-				c.budget = b
-			} else {
+			if c.budget = kept[cl.Name]; c.budget == nil {
 				c.budget = ratelimit.NewBudget(cl.MaxUnitsPerSecond, cl.Burst(), now)
 			}
 		}
-		m.info.WithLabelValues(cl.Name, strconv.Itoa(c.tier)).Set(cl.MaxUnitsPerSecond)
 		cc.classes = append(cc.classes, c)
 		c.tag = uint16(len(cc.classes))
 	}
@@ -131,6 +129,19 @@ func newClientClasses(cfg config.ClientsConfig, units config.RequestUnitsConfig,
 	def := cc.classes[len(cc.classes)-1]
 	def.users, def.apps, def.ids, def.drivers, def.prefixes = nil, nil, nil, nil, nil
 	return cc, nil
+}
+
+// apply is the part of putting cc in effect that changes what it shares
+// with the classes before it: the budgets it kept take their new rates, and
+// the classes' info metric describes cc.
+func (cc *clientClasses) apply(m *clientMetrics, now int64) {
+	m.info.Reset()
+	for _, c := range cc.classes {
+		if c.budget != nil {
+			c.budget.Set(c.perSecond, c.burst, now)
+		}
+		m.info.WithLabelValues(c.name, strconv.Itoa(c.tier)).Set(c.perSecond)
+	}
 }
 
 func set(values []string) map[string]bool {
@@ -173,8 +184,7 @@ func (c *clientClass) matches(id *clientIdentity) bool {
 
 // clientOf returns the class of s's connection now, matching it again
 // after a reload or once the proxy learned more of the client.
-func (s *session) clientOf() *clientClass {
-	cc := s.p.clients.Load()
+func (s *session) clientOf(cc *clientClasses) *clientClass {
 	if cc != s.classesSeen || s.identityChanged {
 		c := cc.match(&s.identity)
 		if c != s.caller {
@@ -298,7 +308,7 @@ func (cc *clientClasses) answered(f []byte, h frame.Header, latency int64) float
 // charge needs it (sentCharged); the class's units are counted once, when
 // the request ends.
 func (s *session) chargeSent(req *request, now int64) {
-	s.chargeBudgets(req, s.p.clients.Load().sent(req), now)
+	s.chargeBudgets(req, req.set.clients.sent(req), now)
 }
 
 // sentCharged reports whether req has budgets that chargeSent charges.
@@ -309,16 +319,16 @@ func sentCharged(req *request) bool {
 // charge charges the answered request req the rest of its price, and
 // counts its whole price in its class's units.
 func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
-	cc := s.p.clients.Load()
+	cc := req.set.clients
 	s.chargeEnded(req, cc.sent(req), cc.answered(f, h, now-req.start), now)
 }
 
 // chargeUnanswered charges requests that will get no answer from the
 // upstream (their connection ended) their time in flight until now.
 func (s *session) chargeUnanswered(reqs []request, now int64) {
-	cc := s.p.clients.Load()
 	for i := range reqs {
 		if r := &reqs[i]; r.client != nil || r.nCharges > 0 {
+			cc := r.set.clients
 			s.chargeEnded(r, cc.sent(r), cc.units.PerMs*float64(now-r.start)/1e6, now)
 		}
 	}
@@ -350,7 +360,7 @@ func (s *session) chargeBudgets(req *request, units float64, now int64) {
 		c.budget.Charge(now, paid)
 	}
 	if req.nCharges > 0 {
-		if u := s.p.units.Load(); u != nil {
+		if u := req.set.units; u != nil {
 			share := units / float64(req.nCharges)
 			for _, c := range req.charges[:req.nCharges] {
 				u.Charge(s.p.epochUnix+now, c.token, c.label, float64(c.budget), share)

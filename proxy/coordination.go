@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cqlguard/cqlguard/config"
@@ -20,6 +19,8 @@ import (
 )
 
 // coordination is the running reporter and the configuration it runs.
+// Settings are built (buildSettings) and committed under the reload lock,
+// which serializes runCoordination; mu guards what the other readers see.
 type coordination struct {
 	mu      sync.Mutex
 	cfg     config.CoordinationConfig
@@ -27,54 +28,23 @@ type coordination struct {
 	metrics *fleet.Metrics
 }
 
-func (p *Proxy) initCoordination(reg prometheus.Registerer, cfg config.CoordinationConfig) error {
-	p.coord.metrics = fleet.NewMetrics(reg)
-	return p.applyCoordination(cfg)
-}
-
-// checkCoordination reports whether cfg can be applied: its password and
-// TLS files read. Reload checks before it applies anything.
-func checkCoordination(cfg config.CoordinationConfig) error {
-	if !cfg.Enabled() {
-		return nil
-	}
-	client, err := redisClient(cfg)
-	if err == nil {
-		client.Close()
-	}
-	return err
-}
-
-// applyCoordination starts, replaces or stops the reporter for cfg. It
+// runCoordination starts, replaces or stops the reporter for cfg, with
+// client, its Redis client (nil when coordination is off), filling f. It
 // replaces a running one even when cfg is the same, so that a reload reads
-// a rotated password or renewed certificates; the fleet's shares are kept.
-// A configuration that cannot be used (a TLS file that does not load, say)
-// leaves the running reporter as it is.
-func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
+// a rotated password or renewed certificates; f carries the fleet's
+// shares over unless tracked_partitions changed (buildSettings).
+func (p *Proxy) runCoordination(cfg config.CoordinationConfig, client redis.UniversalClient, f *ratelimit.Fleet) {
 	c := &p.coord
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	same := c.stop != nil && reflect.DeepEqual(c.cfg, cfg)
-	var client redis.UniversalClient
-	if cfg.Enabled() {
-		var err error
-		if client, err = redisClient(cfg); err != nil {
-			return err
-		}
-	}
 	if c.stop != nil {
 		c.stop()
 		c.stop = nil
 	}
-	resized := c.cfg.TrackedPartitions != cfg.TrackedPartitions
 	c.cfg = cfg
 	if client == nil {
-		p.fleet.Store(nil)
-		return nil
-	}
-	f := p.fleet.Load()
-	if f == nil || resized {
-		f = ratelimit.NewFleet(cfg.TrackedPartitions)
+		return
 	}
 	r := fleet.New(fleet.Config{
 		Client:        client,
@@ -92,14 +62,21 @@ func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
 		r.Run(ctx)
 	}()
 	c.stop = func() { cancel(); <-done }
-	p.fleet.Store(f)
 	if same {
-		return nil
+		return
 	}
 	p.log.Info().Strs("addresses", cfg.Addresses).Bool("cluster", cfg.Cluster).
 		Dur("sync_interval", time.Duration(cfg.SyncInterval)).Str("fallback", cfg.Fallback).
 		Msg("coordinating limits with the fleet")
-	return nil
+}
+
+// trackedPartitions is the fleet size the running reporter's shares were
+// made for: a reload that changes it starts them afresh.
+func (p *Proxy) trackedPartitions() int {
+	c := &p.coord
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.TrackedPartitions
 }
 
 // stopCoordination stops the reporter, if one runs.

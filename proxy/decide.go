@@ -29,12 +29,12 @@ type rejection struct {
 // partitions sketch behind /hot: each operation while the sketch has room,
 // a random one in ratelimit.TopKSampleEvery, weighted to match, once it is
 // full (ratelimit.TopK.ObserveSampledAt).
-func (s *session) decide(c *Classification, now int64) (rejection, bool) {
+func (s *session) decide(c *Classification, set *settings, now int64) (rejection, bool) {
 	if c == nil || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
 		return rejection{}, false
 	}
 	s.nCharges = 0
-	l, lim, fl := s.p.limits.Load(), s.p.limiter.Load(), s.p.fleet.Load()
+	l, lim, fl := set.limits, set.limiter, set.fleet
 	limited := l != nil && lim != nil && (!c.LWT || l.limitLWT) && (!c.Counter || l.limitCounters)
 	if c.Overflow != nil {
 		return s.decideOverflow(c, l, limited)
@@ -61,7 +61,7 @@ func (s *session) decide(c *Classification, now int64) (rejection, bool) {
 			continue
 		}
 		limit, units := tl.limit, tl.units
-		if units > 0 && !s.withinUnits(units, &p, label, now) && !rejected {
+		if units > 0 && !s.withinUnits(set.units, units, &p, label, now) && !rejected {
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
 		if !admit(lim, fl, now, p.Token, label, limit) && !rejected {
@@ -110,7 +110,7 @@ func (p *Proxy) rejected(l *limits, r rejection) bool {
 // hands the read on, under s.mu, and so touches only e of the session.
 func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection, bool) {
 	t := e.joinedTable
-	l, lim, fl := s.p.limits.Load(), s.p.limiter.Load(), s.p.fleet.Load()
+	l, lim, fl := e.set.limits, e.set.limiter, e.set.fleet
 	if t == nil || l == nil || lim == nil {
 		return rejection{}, false
 	}
@@ -118,7 +118,7 @@ func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection,
 	limit, units := l.forOp(t, OpRead)
 	label := labelOf(t, OpRead)
 	rejected := false
-	if u := s.p.units.Load(); units > 0 && u != nil {
+	if u := e.set.units; units > 0 && u != nil {
 		e.charges[0] = unitCharge{token: token, label: label, budget: float32(units)}
 		e.nCharges = 1
 		rejected = !u.Allow(at, token, label, float64(units))
@@ -165,14 +165,11 @@ func (s *session) tableLimits(l *limits, table *schema.Table, op Op) *tableLimit
 // memory while the request path does its other work first (prefetch
 // changes nothing). A handful of partitions at most: a batch's counters
 // past them are waited for as they come.
-func (s *session) prefetchCounters(c *Classification) {
+func (s *session) prefetchCounters(c *Classification, set *settings) {
 	if c == nil || c.Internal || !c.Pinned || (c.Op != OpRead && c.Op != OpWrite) {
 		return
 	}
-	l, lim := s.p.limits.Load(), s.p.limiter.Load()
-	if l == nil || lim == nil {
-		return
-	}
+	l, lim := set.limits, set.limiter
 	const most = 4
 	for i, p := range c.Partitions {
 		if i == most {
@@ -191,8 +188,7 @@ func (s *session) prefetchCounters(c *Classification) {
 // budget request units a second, and notes it to be charged once the
 // request is answered: the first maxCharges partitions of a request are,
 // each its share of the price.
-func (s *session) withinUnits(budget uint32, p *Partition, label ratelimit.Label, now int64) bool {
-	units := s.p.units.Load()
+func (s *session) withinUnits(units *ratelimit.Units, budget uint32, p *Partition, label ratelimit.Label, now int64) bool {
 	if units == nil {
 		return true
 	}

@@ -135,7 +135,7 @@ func benchmarkDecide(b *testing.B, redis []string) {
 					c.Partitions[0].Token = i // a fresh partition each time
 				}
 				now += 1000
-				s.decide(c, now)
+				s.decide(c, p.settings.Load(), now)
 			}
 		})
 	}

@@ -37,7 +37,7 @@ func (p *Proxy) schemaLoadedAt() time.Time {
 // armed reports whether the limits in effect can be enforced: none are
 // configured, or the schema has loaded.
 func (p *Proxy) armed() bool {
-	return !p.limits.Load().configured() || !p.schemaLoadedAt().IsZero()
+	return !p.settings.Load().limits.configured() || !p.schemaLoadedAt().IsZero()
 }
 
 // configured reports whether l limits anything: a limit other than 0 at
@@ -114,7 +114,7 @@ func (p *Proxy) watchGuard(stop <-chan struct{}) {
 			saidUnarmed = true
 		}
 		wasArmed = armed
-		if cur, l := p.schema.Current(), p.limits.Load(); !p.schemaLoadedAt().IsZero() && (cur != snap || l != lim) {
+		if cur, l := p.schema.Current(), p.settings.Load().limits; !p.schemaLoadedAt().IsZero() && (cur != snap || l != lim) {
 			snap, lim = cur, l
 			unknown := l.unknownNames(cur)
 			for _, name := range unknown {
@@ -188,7 +188,7 @@ func (c *guardCollector) Collect(ch chan<- prometheus.Metric) {
 	unknown := 0
 	if !at.IsZero() {
 		gauge(c.age, time.Since(at).Seconds())
-		unknown = len(p.limits.Load().unknownNames(snap))
+		unknown = len(p.settings.Load().limits.unknownNames(snap))
 	}
 	var failures uint64
 	if s, ok := p.schema.(schemaStatus); ok {

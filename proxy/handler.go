@@ -50,7 +50,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 
 	// Classify: what the proxy must do with the response, and which tables,
 	// operation and partitions the request touches.
-	req := request{start: now, version: h.Version}
+	req := request{start: now, version: h.Version, set: s.p.settings.Load()}
 	var class *Classification
 	switch h.Opcode {
 	case frame.OpStartup:
@@ -90,7 +90,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
 		var unknown []byte
 		class, unknown = s.classify(f, h, &req)
-		s.prefetchCounters(class)
+		s.prefetchCounters(class, req.set)
 		// A statement the proxy has not seen prepared (prepared before the
 		// proxy started, or forgotten) cannot be classified: the driver is
 		// told to prepare it again, through the proxy.
@@ -123,9 +123,9 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	// refused; any other is charged to its class as it is forwarded and
 	// once answered.
 	if class != nil && !class.Internal {
-		c := s.clientOf()
+		c := s.clientOf(req.set.clients)
 		c.requests.Inc()
-		dryRun := s.p.limits.Load().dryRun
+		dryRun := req.set.limits.dryRun
 		if c.overBudget(now, dryRun) {
 			return s.budgetRefusal(h, c)
 		}
@@ -141,11 +141,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 
 	// Hot reads: what a request may change is invalidated when it is
 	// answered; a hot read may be served without reaching the upstream.
-	var tables *hotTables
-	if s.p.hotReads != nil {
-		tables = s.p.hotReads.tables.Load()
-	}
-	if tables != nil {
+	if tables := req.set.hotReads; tables != nil {
 		req.wrote = s.writes(h, class, req.use)
 		if class != nil && class.Op == OpRead {
 			if act, ok := s.serveHot(h, class, &req, tables, now); ok {
@@ -162,7 +158,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		if s.p.observe != nil {
 			s.p.observe(class)
 		}
-		r, reject := s.decide(class, s.p.epochUnix+now)
+		r, reject := s.decide(class, req.set, s.p.epochUnix+now)
 		if s.nCharges > 0 {
 			req.charges, req.nCharges = s.charges, s.nCharges
 		}

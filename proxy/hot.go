@@ -60,9 +60,8 @@ func (p *Proxy) Hot() []HotPartition {
 		tables[labelOf(t, OpRead)] = t
 		tables[labelOf(t, OpWrite)] = t
 	}
-	l := p.limits.Load()
-	hotTables := p.hotReads.tables.Load()
-	classes := p.clients.Load()
+	set := p.settings.Load()
+	l, hotTables, classes := set.limits, set.hotReads, set.clients
 	out := make([]HotPartition, 0, len(top))
 	for _, e := range top {
 		t := tables[e.Label]
@@ -195,11 +194,11 @@ func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
-	lim := c.p.limiter.Load()
-	if lim == nil {
+	set := c.p.settings.Load()
+	if set == nil {
 		return
 	}
-	st := lim.Stats()
+	st := set.limiter.Stats()
 	c.mu.Lock()
 	r := c.retired
 	c.mu.Unlock()

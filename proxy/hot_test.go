@@ -36,15 +36,15 @@ func TestHotPartitions(t *testing.T) {
 		return &Classification{Op: op, Pinned: true, Partitions: parts}
 	}
 	for range 30 {
-		s.decide(request(OpWrite, Partition{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}), p.clock())
+		s.decide(request(OpWrite, Partition{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}), p.settings.Load(), p.clock())
 	}
 	for range 20 {
 		big := []byte{0, 0, 0, 0, 0, 0, 0, 42}
-		s.decide(request(OpRead, Partition{Table: tab, Token: tokenOf(big), Key: big}), p.clock())
+		s.decide(request(OpRead, Partition{Table: tab, Token: tokenOf(big), Key: big}), p.settings.Load(), p.clock())
 	}
-	s.decide(request(OpRead, Partition{Table: kv, Token: tokenOf(intBytes(1)), Key: intBytes(1)}), p.clock())
+	s.decide(request(OpRead, Partition{Table: kv, Token: tokenOf(intBytes(1)), Key: intBytes(1)}), p.settings.Load(), p.clock())
 	// Internal and unpinned requests are not counted.
-	s.decide(&Classification{Op: OpRead, Pinned: false}, p.clock())
+	s.decide(&Classification{Op: OpRead, Pinned: false}, p.settings.Load(), p.clock())
 
 	hot := p.Hot()
 	if len(hot) != 3 {
@@ -153,7 +153,7 @@ func TestAdminSurface(t *testing.T) {
 			}
 			s := &session{p: p}
 			kv := snap.Table([]byte("ks"), []byte("kv"))
-			s.decide(&Classification{Op: OpWrite, Pinned: true, Partitions: []Partition{{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}}}, p.clock())
+			s.decide(&Classification{Op: OpWrite, Pinned: true, Partitions: []Partition{{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}}}, p.settings.Load(), p.clock())
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(tc.method, tc.path, nil)
 			if tc.authorization != "" {

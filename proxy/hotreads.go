@@ -34,7 +34,6 @@ package proxy
 
 import (
 	"hash/maphash"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,8 +45,9 @@ import (
 )
 
 // hotReads serves hot reads for the proxy.
+// The tables it serves are part of the settings a reload changes
+// (settings.hotReads).
 type hotReads struct {
-	tables  atomic.Pointer[hotTables] // reloadable
 	gens    *hotread.Generations
 	cache   *hotread.Cache
 	flights *hotread.Flights[waiter]
@@ -109,7 +109,6 @@ func newHotReads(cfg config.HotReadsConfig, reg prometheus.Registerer) *hotReads
 			Help: "Reads that waited for an identical read's answer and were then forwarded on their own: past hot_reads.max_wait, or when the other read's connection ended.",
 		}),
 	}
-	hr.apply(cfg)
 	reg.MustRegister(hr.served, hr.reissued, &hotReadsCollector{hr: hr,
 		bytes: prometheus.NewDesc("cqlguard_hot_reads_cache_bytes",
 			"Bytes the hot reads cache holds: answers and the requests they answer.", nil, nil),
@@ -123,8 +122,8 @@ func newHotReads(cfg config.HotReadsConfig, reg prometheus.Registerer) *hotReads
 	return hr
 }
 
-// apply puts the tables of cfg in place.
-func (hr *hotReads) apply(cfg config.HotReadsConfig) {
+// tablesOf returns the tables of cfg, nil when it has none.
+func (hr *hotReads) tablesOf(cfg config.HotReadsConfig) *hotTables {
 	t := &hotTables{byName: map[string]map[string]*hotTable{}}
 	for ks, k := range cfg.Keyspaces {
 		for name, c := range k.Tables {
@@ -142,10 +141,9 @@ func (hr *hotReads) apply(cfg config.HotReadsConfig) {
 		}
 	}
 	if len(t.byName) == 0 {
-		hr.cache.Drop()
-		t = nil
+		return nil
 	}
-	hr.tables.Store(t)
+	return t
 }
 
 // table returns how t's hot reads are served, nil when it takes no part
@@ -308,7 +306,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		// it: the answer cannot come before the stream is in the table.
 		// With what it would be charged and decided by if it is
 		// forwarded after all (reissue).
-		s.streams.begin(h.Stream, request{start: now, version: h.Version, joined: fl, seq: s.joinSeq,
+		s.streams.begin(h.Stream, request{start: now, set: req.set, version: h.Version, joined: fl, seq: s.joinSeq,
 			joinedTable: p.Table, client: req.client, size: req.size, price: req.price})
 		s.joined.Add(1)
 		s.mu.Unlock()
@@ -507,7 +505,7 @@ func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) (f []
 	now := s.now()
 	e.start = now
 	// Its class was admitted when it joined, for nothing: now it costs.
-	if c := e.client; c != nil && c.overBudget(now, s.p.limits.Load().dryRun) {
+	if c := e.client; c != nil && c.overBudget(now, e.set.limits.dryRun) {
 		f = frame.AppendError(nil, r.Version, stream, frame.ErrCodeConfig, c.overBudgetMessage())
 		s.streams.end(stream)
 		s.wakeRequests()

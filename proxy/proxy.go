@@ -12,7 +12,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -26,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/fleet"
 	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
@@ -67,32 +67,15 @@ type Proxy struct {
 	// digests of credentials it tells connections apart by.
 	hotReads      *hotReads
 	principalSeed maphash.Seed
-	// clients are the client classes in effect (clients.go); reloadable.
-	clients       atomic.Pointer[clientClasses]
+	// settings are what a reload can change, swapped whole (settings.go).
+	settings      atomic.Pointer[settings]
 	clientMetrics *clientMetrics
 	// shedding sheds the least important tiers when a node slows
 	// (shedding.go); nil when off.
 	shedding *shedding
 	// adminToken is the bearer token /hot asks for; nil when none is set.
 	adminToken []byte
-	// tls is the configuration of client connections accepted now; nil
-	// when TLS is off.
-	tls atomic.Pointer[tls.Config]
-	// upstreamTLS is the configuration of upstream connections opened now;
-	// nil when TLS towards the upstream is off.
-	upstreamTLS atomic.Pointer[tls.Config]
-
-	// limits are the per-partition limits now in effect and limiter the
-	// counters that enforce them; Reload swaps both. The request path
-	// loads each once per request.
-	limits  atomic.Pointer[limits]
-	limiter atomic.Pointer[ratelimit.Limiter]
-	// units are the partitions' budgets in request units, made the first
-	// time limits set one.
-	units atomic.Pointer[ratelimit.Units]
-	// fleet holds the fleet-wide shares of hot partitions while
-	// coordination runs (coordination.go); nil otherwise.
-	fleet atomic.Pointer[ratelimit.Fleet]
+	// coord is the coordination reporter that fills settings.fleet.
 	coord coordination
 	// limiterStats exports the limiter's statistics, keeping the counters
 	// of limiters a reload replaced.
@@ -174,29 +157,23 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	}
 	p.hotReads = newHotReads(cfg.HotReads, reg)
 	p.clientMetrics = newClientMetrics(reg)
-	cc, err := newClientClasses(cfg.Clients, cfg.RequestUnits, nil, p.clientMetrics, p.elapsed())
-	if err != nil {
-		return nil, err
-	}
-	p.clients.Store(cc)
 	if p.shedding, err = newShedding(cfg.Shedding, cfg.Clients, reg); err != nil {
 		return nil, err
 	}
 	p.principalSeed = maphash.MakeSeed()
 	p.limiterStats = newLimiterCollector(p)
 	reg.MustRegister(p.limiterStats)
-	if err := p.initLimits(reg); err != nil {
+	p.coord.metrics = fleet.NewMetrics(reg)
+	first, err := p.buildSettings(cfg, nil)
+	if err != nil {
 		return nil, err
 	}
-	if err := p.loadTLS(cfg.TLS); err != nil {
-		return nil, err
-	}
-	if err := p.loadUpstreamTLS(cfg.UpstreamTLS); err != nil {
-		return nil, err
-	}
+	p.reload.init(reg, cfg)
+	p.commit(first)
 	if p.schema == nil {
-		s, stop, err := startSchema(context.Background(), cfg, p.upstreamTLS.Load(), log)
+		s, stop, err := startSchema(context.Background(), cfg, first.next.upstreamTLS, log)
 		if err != nil {
+			p.stopCoordination()
 			return nil, err
 		}
 		p.schema, p.stopBg = s, stop
@@ -218,10 +195,6 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		bg.Wait()
 		stopSchema()
 		p.stopCoordination()
-	}
-	if err := p.initCoordination(reg, cfg.Coordination); err != nil {
-		p.stopBg()
-		return nil, err
 	}
 	return p, nil
 }
@@ -430,7 +403,7 @@ func (p *Proxy) dialUpstream() (*upstreamConn, string, error) {
 	var errs []error
 	for i := range n {
 		addr := p.cfg.Upstreams[(start+i)%n]
-		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout), forUpstream(p.upstreamTLS.Load(), addr), &p.reads)
+		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout), forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
 		if err == nil {
 			return u, addr, nil
 		}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -23,23 +22,10 @@ type reloader struct {
 	lastSuccess prometheus.Gauge
 }
 
-// initLimits resolves p.cfg's limits, builds their limiter and registers
-// the reload metrics with reg. New calls it.
-func (p *Proxy) initLimits(reg prometheus.Registerer) error {
-	l, err := newLimits(p.cfg.Limits)
-	if err != nil {
-		return err
-	}
-	lim, err := ratelimit.New(p.limiterConfig(l))
-	if err != nil {
-		return fmt.Errorf("limits: %w", err)
-	}
-	p.makeUnits(l, p.cfg.Limits)
-	p.limits.Store(l)
-	p.limiter.Store(lim)
-
-	r := &p.reload
-	r.last = p.cfg
+// init registers the reload metrics with reg; cfg is the configuration
+// the proxy starts with.
+func (r *reloader) init(reg prometheus.Registerer, cfg config.Config) {
+	r.last = cfg
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cqlguard_config_reloads_total",
 		Help: "Configuration reloads (SIGHUP or file change), by result.",
@@ -52,15 +38,15 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 	})
 	r.lastSuccess.SetToCurrentTime()
 	reg.MustRegister(reloads, r.lastSuccess)
-	return nil
 }
 
 // Reload applies cfg, the configuration file loaded again, as far as it
 // can change while running: the limits section, the tables of hot_reads,
-// clients, request_units, and the certificates,
-// which are read again even when their paths did not change, since a
-// reload is how a renewed certificate takes effect. Requests see the new
-// limits as soon as it returns, and the old ones until then.
+// clients, request_units, coordination, and the certificates, which are
+// read again even when their paths did not change, since a reload is how a
+// renewed certificate takes effect. Requests see the new settings as soon
+// as it returns, and the old ones until then: each request those of one
+// configuration, never a mix.
 //
 // If the limiter's own settings changed (limits.algorithm, limits.memory,
 // or limits.burst with the token-bucket algorithm), a new limiter replaces
@@ -68,40 +54,19 @@ func (p *Proxy) initLimits(reg prometheus.Registerer) error {
 // through for up to a second or a burst. Other settings take effect on
 // restart only; those that changed are logged.
 //
-// A configuration that is not valid, or whose certificates do not load,
+// A configuration that is not valid, or any part of which cannot be used
+// (a certificate that does not load, a password file that cannot be read),
 // changes nothing: the error is logged, counted and returned.
 func (p *Proxy) Reload(cfg config.Config) error {
 	r := &p.reload
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := cfg.Validate()
-	if err == nil {
-		err = checkCoordination(cfg.Coordination)
-	}
-	if err == nil {
-		err = p.applyLimits(cfg.Limits)
-	}
-	if err == nil {
-		err = p.loadTLS(cfg.TLS)
-	}
-	if err == nil {
-		err = p.loadUpstreamTLS(cfg.UpstreamTLS)
-	}
-	if err == nil {
-		err = p.applyCoordination(cfg.Coordination)
-	}
-	var cc *clientClasses
-	if err == nil {
-		cc, err = newClientClasses(cfg.Clients, cfg.RequestUnits, p.clients.Load(), p.clientMetrics, p.elapsed())
-	}
-	if err == nil {
-		p.hotReads.apply(cfg.HotReads)
-		p.clients.Store(cc)
-	}
+	c, err := p.buildSettings(cfg, p.settings.Load())
 	if err != nil {
 		p.ReloadFailed(cfg.File(), err)
 		return err
 	}
+	p.commit(c)
 	for _, key := range restartOnlyChanges(r.last, cfg) {
 		p.log.Warn().Str("config", cfg.File()).Str("key", key).
 			Msg("setting differs from the running configuration and takes effect on restart only")
@@ -121,37 +86,6 @@ func (p *Proxy) Reload(cfg config.Config) error {
 func (p *Proxy) ReloadFailed(path string, err error) {
 	p.reload.failure.Inc()
 	p.log.Error().Err(err).Str("config", path).Msg("configuration not reloaded; the previous one stays in effect")
-}
-
-// applyLimits swaps in the limits of cfg, and a new limiter if they need
-// one.
-func (p *Proxy) applyLimits(cfg config.LimitsConfig) error {
-	l, err := newLimits(cfg)
-	if err != nil {
-		return err
-	}
-	if old := p.limits.Load(); !sameLimiter(old.limiter, l.limiter) {
-		lim, err := ratelimit.New(p.limiterConfig(l))
-		if err != nil {
-			return fmt.Errorf("limits: %w", err)
-		}
-		// Between the two stores a request may pair the new limiter with
-		// the old limits; either is a valid configuration.
-		p.limiterStats.retire(p.limiter.Swap(lim))
-		p.log.Warn().Str("algorithm", cfg.Algorithm).Int64("memory", int64(cfg.Memory)).Float64("burst", cfg.Burst).
-			Msg("rate limiter replaced: partition counts start again from zero")
-	}
-	p.makeUnits(l, cfg)
-	p.limits.Store(l)
-	return nil
-}
-
-// makeUnits makes the partitions' budgets in request units, the first
-// time l sets one, with as much memory as the limiter's tables.
-func (p *Proxy) makeUnits(l *limits, cfg config.LimitsConfig) {
-	if l.units && p.units.Load() == nil {
-		p.units.Store(ratelimit.NewUnits(int(cfg.Memory)))
-	}
 }
 
 // limiterConfig is l's limiter configuration on the proxy's clock, which

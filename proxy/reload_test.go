@@ -3,11 +3,15 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"maps"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -92,10 +96,10 @@ func limitsFile(reads int) string {
 
 func TestReload(t *testing.T) {
 	p, logs := newReloadProxy(t, limitsFile(100))
-	if r, _ := p.limits.Load().forTable(carts); r != 100 {
+	if r, _ := p.settings.Load().limits.forTable(carts); r != 100 {
 		t.Fatalf("initial reads limit %d, want 100", r)
 	}
-	limiter := p.limiter.Load()
+	limiter := p.settings.Load().limiter
 	started := metricValue(t, p.reload.lastSuccess)
 	if started == 0 {
 		t.Error("last success timestamp not set at start")
@@ -105,11 +109,11 @@ func TestReload(t *testing.T) {
 	if err := reload(p, limitsFile(7)+"  dry_run: true\n"); err != nil {
 		t.Fatal(err)
 	}
-	l := p.limits.Load()
+	l := p.settings.Load().limits
 	if r, _ := l.forTable(carts); r != 7 || !l.dryRun {
 		t.Fatalf("after reload: reads %d, dry run %v; want 7, true", r, l.dryRun)
 	}
-	if p.limiter.Load() != limiter {
+	if p.settings.Load().limiter != limiter {
 		t.Error("limiter replaced though its settings did not change")
 	}
 	if got := metricValue(t, p.reload.success); got != 1 {
@@ -121,7 +125,7 @@ func TestReload(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), configFile+":6:") {
 		t.Fatalf("error %v, want one naming %s:6", err, configFile)
 	}
-	if p.limits.Load() != l {
+	if p.settings.Load().limits != l {
 		t.Error("a bad file changed the limits")
 	}
 	if got := metricValue(t, p.reload.failure); got != 1 {
@@ -133,13 +137,13 @@ func TestReload(t *testing.T) {
 
 	// A file that is invalid as a whole (not only its limits) changes
 	// nothing either.
-	if err := reload(p, limitsFile(1)+"mode: mesh\n"); err == nil || p.limits.Load() != l {
-		t.Errorf("invalid mode: err %v, limits changed %v", err, p.limits.Load() != l)
+	if err := reload(p, limitsFile(1)+"mode: mesh\n"); err == nil || p.settings.Load().limits != l {
+		t.Errorf("invalid mode: err %v, limits changed %v", err, p.settings.Load().limits != l)
 	}
 	// Nor does a configuration that is not valid however it was made.
 	bad := parseConfig(t, limitsFile(1))
 	bad.Limits.Algorithm = "leaky"
-	if err := p.Reload(bad); err == nil || p.limits.Load() != l {
+	if err := p.Reload(bad); err == nil || p.settings.Load().limits != l {
 		t.Errorf("invalid limits: err %v", err)
 	}
 	if got := metricValue(t, p.reload.failure); got != 3 {
@@ -160,11 +164,11 @@ func TestReloadReplacesLimiter(t *testing.T) {
 		{"limits: {algorithm: scylla, burst: 5, memory: 8MiB}\n", true},
 	}
 	for _, tt := range tests {
-		before := p.limiter.Load()
+		before := p.settings.Load().limiter
 		if err := reload(p, tt.text); err != nil {
 			t.Fatal(err)
 		}
-		if replaced := p.limiter.Load() != before; replaced != tt.replace {
+		if replaced := p.settings.Load().limiter != before; replaced != tt.replace {
 			t.Errorf("%q: limiter replaced %v, want %v", tt.text, replaced, tt.replace)
 		}
 	}
@@ -221,11 +225,11 @@ func TestReloadConcurrentReads(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			if r, _ := p.limits.Load().forTable(carts); r == 0 {
+			if r, _ := p.settings.Load().limits.forTable(carts); r == 0 {
 				t.Error("limits unset during a reload")
 				return
 			}
-			p.limiter.Load().Allow(1, 0, 1)
+			p.settings.Load().limiter.Allow(1, 0, 1)
 		}
 	}()
 	for i := range 20 {
@@ -239,4 +243,96 @@ func TestReloadConcurrentReads(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+}
+
+// A reload that fails at any step, whatever the steps before it would have
+// changed, changes nothing: not the limits, the limiter, the classes and
+// their budgets' rates, the hot reads' tables, the TLS certificate, nor the
+// coordination running.
+func TestReloadFailsWhole(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	cert, key := ca.issue(t, "cqlguard", 2)
+	writeFile(t, filepath.Join(dir, "server.pem"), cert)
+	writeFile(t, filepath.Join(dir, "server.key"), key)
+	writeFile(t, filepath.Join(dir, "garbage.pem"), []byte("not a certificate"))
+	writeFile(t, filepath.Join(dir, "redis.pw"), []byte("secret"))
+	// file is a configuration in which every reloadable section differs
+	// with n, and bad, if set, replaces one section's value.
+	file := func(n int, bad map[string]string) string {
+		v := map[string]string{
+			"reads":    strconv.Itoa(100 * n),
+			"units":    strconv.Itoa(1000 * n),
+			"ttl":      strconv.Itoa(n) + "s",
+			"cert":     filepath.Join(dir, "server.pem"),
+			"password": filepath.Join(dir, "redis.pw"),
+			"interval": strconv.Itoa(100*n) + "ms",
+			"users":    "[batch]",
+		}
+		maps.Copy(v, bad)
+		return `limits:
+  keyspaces:
+    shop:
+      tables:
+        carts: {max_reads_per_second: ` + v["reads"] + `}
+clients:
+  classes:
+    - name: batch
+      match: {users: ` + v["users"] + `}
+      max_units_per_second: ` + v["units"] + `
+hot_reads:
+  keyspaces:
+    shop:
+      tables:
+        carts: {cache_ttl: ` + v["ttl"] + `}
+tls: {cert_file: ` + v["cert"] + `, key_file: ` + filepath.Join(dir, "server.key") + `}
+coordination:
+  addresses: [127.0.0.1:1]
+  password_file: ` + v["password"] + `
+  sync_interval: ` + v["interval"] + `
+`
+	}
+	p, _ := newReloadProxy(t, file(1, nil))
+	if err := reload(p, file(2, nil)); err != nil {
+		t.Fatalf("a good reload failed: %v", err)
+	}
+	batch := func() *clientClass { return p.settings.Load().clients.classes[0] }
+	budget := batch().budget
+	before, last, coord := p.settings.Load(), p.reload.last, p.trackedPartitions()
+	for _, tc := range []struct {
+		step string
+		bad  map[string]string
+	}{
+		{"limits", map[string]string{"reads": "-1"}},
+		{"classes", map[string]string{"users": "[batch]\n      match: {addresses: [not-an-address]}"}},
+		{"tls", map[string]string{"cert": filepath.Join(dir, "garbage.pem")}},
+		{"coordination", map[string]string{"password": filepath.Join(dir, "missing.pw")}},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			if err := reload(p, file(3, tc.bad)); err == nil {
+				t.Fatal("the reload succeeded")
+			}
+			if p.settings.Load() != before {
+				t.Error("the settings changed")
+			}
+			if r, _ := p.settings.Load().limits.forTable(carts); r != 200 {
+				t.Errorf("reads limit %d, want 200", r)
+			}
+			// The class's budget is shared with the classes a reload
+			// builds: its rate is set only when they are applied. Full,
+			// it holds a second of its rate.
+			if got := budget.Balance(p.elapsed() + int64(time.Hour)); got != 2000 {
+				t.Errorf("the budget of 2,000 units a second holds %v when full: its rate changed", got)
+			}
+			if !reflect.DeepEqual(p.reload.last, last) {
+				t.Error("the configuration recorded as running changed")
+			}
+			if p.trackedPartitions() != coord {
+				t.Error("coordination was restarted")
+			}
+			if p.coord.cfg.SyncInterval != last.Coordination.SyncInterval {
+				t.Errorf("coordination runs with sync_interval %v, want %v", p.coord.cfg.SyncInterval, last.Coordination.SyncInterval)
+			}
+		})
+	}
 }

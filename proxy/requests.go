@@ -290,9 +290,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 	if ks := s.keyspace.Load(); ks != nil {
 		s.class.keyspace = *ks
 	}
-	if l := s.p.limits.Load(); l != nil {
-		s.class.maxPartitions = l.maxPartitions
-	}
+	s.class.maxPartitions = req.set.limits.maxPartitions
 	switch h.Opcode {
 	case frame.OpQuery:
 		q, err := frame.ParseQuery(body, h.Version)

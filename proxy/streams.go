@@ -25,6 +25,9 @@ const (
 // request is what the proxy remembers of a request until its response.
 type request struct {
 	start int64 // monotonic nanoseconds when it was forwarded
+	// set are the settings the request is decided and charged under,
+	// loaded with its frame.
+	set   *settings
 	reply reply
 	table reply // for replyPrepared: which topology table was prepared
 	ddl   bool  // may change the schema: reload it once answered

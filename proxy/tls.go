@@ -34,32 +34,6 @@ func tlsForClients(c config.TLSConfig) (*tls.Config, error) {
 	return conf, nil
 }
 
-// loadTLS reads cfg's files and makes them the configuration of the
-// connections accepted from now on; with TLS off it turns TLS off.
-func (p *Proxy) loadTLS(cfg config.TLSConfig) error {
-	if cfg.CertFile == "" {
-		p.tls.Store(nil)
-		return nil
-	}
-	conf, err := tlsForClients(cfg)
-	if err != nil {
-		return err
-	}
-	p.tls.Store(conf)
-	return nil
-}
-
-// loadUpstreamTLS reads cfg's files and makes them the configuration of
-// the upstream connections opened from now on.
-func (p *Proxy) loadUpstreamTLS(cfg config.UpstreamTLSConfig) error {
-	conf, err := tlsForUpstreams(cfg)
-	if err != nil {
-		return err
-	}
-	p.upstreamTLS.Store(conf)
-	return nil
-}
-
 // acceptTLS wraps client in TLS when it is on, and completes the handshake
 // within timeout, so that a client that never finishes it does not hold a
 // connection.
@@ -79,7 +53,7 @@ func (p *Proxy) acceptTLS(client net.Conn, timeout time.Duration) (net.Conn, err
 // serverTLS wraps client in TLS when it is on, leaving the handshake to
 // its first read or write; with TLS off it returns client.
 func (p *Proxy) serverTLS(client net.Conn) net.Conn {
-	if conf := p.tls.Load(); conf != nil {
+	if conf := p.settings.Load().tls; conf != nil {
 		return tls.Server(&stallConn{Conn: client, out: newSockWriter(client)}, conf)
 	}
 	return client

@@ -142,7 +142,8 @@ func TestClientTLS(t *testing.T) {
 	cert, key = ca.issue(t, "cqlguard two", 4)
 	writeFile(t, cfgTLS.CertFile, cert)
 	writeFile(t, cfgTLS.KeyFile, key)
-	if err := p.loadTLS(cfgTLS); err != nil {
+	cfg := p.reload.last
+	if err := p.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if name, err := options([]tls.Certificate{clientCert}); err != nil || name != "cqlguard two" {
@@ -150,7 +151,7 @@ func TestClientTLS(t *testing.T) {
 	}
 	// A reload that cannot read the files keeps the certificate in use.
 	writeFile(t, cfgTLS.KeyFile, []byte("not a key"))
-	if err := p.loadTLS(cfgTLS); err == nil {
+	if err := p.Reload(cfg); err == nil {
 		t.Error("a broken key file loaded")
 	}
 	if name, err := options([]tls.Certificate{clientCert}); err != nil || name != "cqlguard two" {
