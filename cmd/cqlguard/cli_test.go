@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -105,4 +106,84 @@ func writeFile(t *testing.T, dir, name, text string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestVersionAfterMakeBuild builds the binary with make build, as an
+// operator does, with Go's own stamp off as GOFLAGS=-buildvcs=false turns
+// it off: version names the revision git describe does, and, where Git
+// cannot read the checkout, the build still succeeds and names none.
+func TestVersionAfterMakeBuild(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"make", "git"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	describe := exec.Command("git", "describe", "--always", "--dirty")
+	describe.Dir = root
+	out, err := describe.Output()
+	if err != nil {
+		t.Skipf("not a Git checkout: git describe: %v", err)
+	}
+	rev := strings.TrimSpace(string(out))
+	tests := []struct {
+		name, env, want string
+	}{
+		{name: "in the checkout", want: " revision " + rev + " "},
+		{name: "Git cannot read it", env: "GIT_DIR=" + filepath.Join(t.TempDir(), "none")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bin := filepath.Join(t.TempDir(), "cqlguard")
+			mk := exec.Command("make", "-s", "-C", root, "build", "CQLGUARD="+bin)
+			mk.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+			if tt.env != "" {
+				mk.Env = append(mk.Env, tt.env)
+			}
+			if out, err := mk.CombinedOutput(); err != nil {
+				t.Fatalf("make build: %v\n%s", err, out)
+			}
+			out, err := exec.Command(bin, "version").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := string(out)
+			if tt.want == "" {
+				if !strings.HasPrefix(v, "cqlguard ") || strings.Contains(v, "revision") {
+					t.Errorf("version printed %q, want no revision", v)
+				}
+			} else if !strings.Contains(v, tt.want) {
+				t.Errorf("version printed %q, want it to hold %q", v, tt.want)
+			}
+		})
+	}
+}
+
+// describeBuild prefers the stamped revision to Go's, and names Go's when
+// there is no stamp.
+func TestDescribeBuild(t *testing.T) {
+	t.Parallel()
+	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}
+	tests := []struct {
+		name     string
+		settings []debug.BuildSetting
+		stamp    string
+		want     string
+	}{
+		{name: "neither", want: "cqlguard (devel) go1.26"},
+		{name: "Go's", settings: vcs, want: "cqlguard (devel) revision 0123abcd (modified) go1.26"},
+		{name: "the stamp", stamp: "v1.2-3-g0123abc-dirty", want: "cqlguard (devel) revision v1.2-3-g0123abc-dirty go1.26"},
+		{name: "the stamp over Go's", settings: vcs, stamp: "0123abc", want: "cqlguard (devel) revision 0123abc go1.26"},
+	}
+	for _, tt := range tests {
+		bi := &debug.BuildInfo{GoVersion: "go1.26", Main: debug.Module{Version: "(devel)"}, Settings: tt.settings}
+		if got := describeBuild(bi, tt.stamp); got != tt.want {
+			t.Errorf("%s: describeBuild = %q, want %q", tt.name, got, tt.want)
+		}
+	}
 }

@@ -96,13 +96,30 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
+// revision is the source revision the build stamped with -ldflags
+// "-X main.revision=...": make build and the Dockerfile stamp git describe's
+// (a commit, "-dirty" when the tree had changes), which holds where Go's own
+// stamp does not, with GOFLAGS=-buildvcs=false or in a Git worktree that a
+// container build cannot read. Empty when the build stamped none.
+var revision string
+
 // version is the module's version and the revision it was built from.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "cqlguard (no build information)"
 	}
+	return describeBuild(bi, revision)
+}
+
+// describeBuild is version for the build information bi and the stamped
+// revision stamp: the stamp if any, else the revision Go recorded from
+// the checkout, if any.
+func describeBuild(bi *debug.BuildInfo, stamp string) string {
 	v := "cqlguard " + bi.Main.Version
+	if stamp != "" {
+		return v + " revision " + stamp + " " + bi.GoVersion
+	}
 	for _, kv := range bi.Settings {
 		switch kv.Key {
 		case "vcs.revision":
