@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,8 +34,15 @@ func TestCLI(t *testing.T) {
 	}{
 		{name: "version", args: []string{"version"}, stdout: "cqlguard "},
 		{name: "-version", args: []string{"-version"}, stdout: "cqlguard "},
-		{name: "-h", args: []string{"-h"}, stderr: "-upstream"},
+		{name: "-h", args: []string{"-h"}, stdout: "-upstream"},
 		{name: "help", args: []string{"help"}, stdout: "check-config"},
+		{name: "serve -h", args: []string{"serve", "-h"}, stdout: "Usage: cqlguard [serve] [flags]"},
+		{name: "a flag, then -h", args: []string{"-listen", "127.0.0.1:0", "-h"}, stdout: "Usage: cqlguard [serve] [flags]"},
+		{name: "check-config -h", args: []string{"check-config", "-h"}, stdout: "Usage: cqlguard check-config [flags] FILE"},
+		{name: "version -h", args: []string{"version", "-h"}, stdout: "Usage: cqlguard version"},
+		{name: "help top", args: []string{"help", "top"}, stdout: "-token-file"},
+		{name: "help of no command", args: []string{"help", "nope"}, status: 2, stderr: `help: unknown command "nope"`},
+		{name: "help of two", args: []string{"help", "top", "version"}, status: 2, stderr: "help takes at most one COMMAND"},
 		{name: "good file", args: []string{"check-config", good}, stdout: "good.yaml: ok"},
 		{name: "bad file", args: []string{"check-config", bad}, status: 1, stderr: `bad.yaml:2: unknown key "upstrems"`},
 		{name: "every problem at once", args: []string{"check-config", many}, status: 1, stderr: `many.yaml:2: unknown key "upstrems"`,
@@ -48,12 +56,13 @@ func TestCLI(t *testing.T) {
 		{name: "not mended", args: []string{"check-config", mendable}, status: 1, stderr: `mendable.yaml:1: upstreams: "no-port"`},
 		{name: "check-config without a file", args: []string{"check-config"}, status: 2, stderr: "check-config takes one FILE"},
 		{name: "check-config with two", args: []string{"check-config", good, bad}, status: 2, stderr: "check-config takes one FILE"},
-		{name: "a stray word", args: []string{"check-configs", good}, status: 2, stderr: `unknown command "check-configs"`},
+		{name: "a stray word", args: []string{"check-configs", good}, status: 2, stderr: `unknown command "check-configs"`, more: []string{"Usage: cqlguard [COMMAND]"}},
 		{name: "a stray argument to serve", args: []string{"-listen", "127.0.0.1:0", "x.yaml"}, status: 2, stderr: `unexpected argument "x.yaml"`},
 		{name: "version with arguments", args: []string{"version", "x"}, status: 2, stderr: "version takes no arguments"},
-		{name: "an unknown flag", args: []string{"-nope"}, status: 2, stderr: "flag provided but not defined"},
-		{name: "help names top", args: []string{"help"}, stdout: "cqlguard top"},
-		{name: "top -h", args: []string{"top", "-h"}, stderr: "-token-file"},
+		{name: "an unknown flag", args: []string{"-nope"}, status: 2, stderr: "flag provided but not defined", more: []string{"Usage: cqlguard [serve] [flags]"}},
+		{name: "an unknown flag of check-config", args: []string{"check-config", "-nope", good}, status: 2, stderr: "flag provided but not defined", more: []string{"Usage: cqlguard check-config"}},
+		{name: "help names top", args: []string{"help"}, stdout: "\n  top "},
+		{name: "top -h", args: []string{"top", "-h"}, stdout: "-token-file"},
 		{name: "top with an argument", args: []string{"top", "x"}, status: 2, stderr: `top: unexpected argument "x"`},
 		{name: "top -n 0", args: []string{"top", "-n", "0"}, status: 2, stderr: "top: -n 0"},
 		{name: "top -once, no listener", args: []string{"top", "-once", "-admin", "127.0.0.1:1"}, status: 1,
@@ -84,6 +93,60 @@ func TestCLI(t *testing.T) {
 					tt.args, status, stdout.String(), stderr.String(), tt.status, tt.stdout, tt.stderr)
 			}
 		})
+	}
+}
+
+// TestUsage checks cqlguard's usage, asked for with -h, --help or help:
+// on stdout with status 0, it lists every command with what it does, then
+// serve's flags, since serve is the default.
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	want := []string{
+		"Usage: cqlguard [COMMAND] [flags]",
+		"\n  serve         run the proxy (the default)\n",
+		"\n  check-config  check a configuration file",
+		"\n  top           watch a running proxy",
+		"\n  version       print the version",
+		"\n  help          print this, or a command's usage\n",
+		`Run "cqlguard COMMAND -h"`,
+		"CQLGUARD_UPSTREAMS",
+	}
+	serve, _ := newServeFlags()
+	serve.VisitAll(func(f *flag.Flag) { want = append(want, "\n  -"+f.Name+" ") })
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"-help"}, {"help"}} {
+		var stdout, stderr bytes.Buffer
+		if status := cli(args, &stdout, &stderr); status != 0 || stderr.Len() > 0 {
+			t.Errorf("cqlguard %q: status %d, stderr %q; want 0 and nothing", args, status, stderr.String())
+		}
+		out := stdout.String()
+		for _, w := range want {
+			// A flag without a value's type ends its line.
+			if !strings.Contains(out, w) && !strings.Contains(out, strings.TrimSuffix(w, " ")+"\n") {
+				t.Errorf("cqlguard %q printed\n%s\nwant it to hold %q", args, out, w)
+			}
+		}
+		if i, j := strings.Index(out, "  help "), strings.Index(out, "  -upstream"); i < 0 || j < i {
+			t.Errorf("cqlguard %q: the commands come before serve's flags:\n%s", args, out)
+		}
+	}
+}
+
+// Every command's -h prints its own usage, on stdout with status 0.
+func TestCommandUsage(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands {
+		for _, args := range [][]string{{c.name, "-h"}, {"help", c.name}} {
+			var stdout, stderr bytes.Buffer
+			status := cli(args, &stdout, &stderr)
+			if status != 0 || stderr.Len() > 0 || !strings.HasPrefix(stdout.String(), "Usage: "+c.synopsis+"\n") {
+				t.Errorf("cqlguard %q: status %d, stdout %q, stderr %q; want 0 and its usage", args, status, stdout.String(), stderr.String())
+			}
+			c.flags().VisitAll(func(f *flag.Flag) {
+				if !strings.Contains(stdout.String(), "  -"+f.Name) {
+					t.Errorf("cqlguard %q: usage without -%s", args, f.Name)
+				}
+			})
+		}
 	}
 }
 
