@@ -4,8 +4,10 @@
 // the line.
 //
 // It knows YAML and files, and reads the secrets the file points to (the
-// admin token, the upstream password); it knows nothing of sockets, TLS or
-// the limiter. Package proxy applies a Config, at start and on reload.
+// admin token, the upstream password). It checks addresses as text and
+// TLS material as files (CheckFiles), but opens no socket and builds no
+// TLS configuration or limiter: package proxy applies a Config, at start
+// and on reload.
 package config
 
 import (

@@ -25,12 +25,25 @@ func TestCLI(t *testing.T) {
 	mendable := write("mendable.yaml", "upstreams: [no-port]\n")
 	claimable := write("claimable.yaml", "listen: 127.0.0.1:19042\nclients:\n  classes:\n    - name: checkout\n      tier: 0\n      match: {application_names: [checkout]}\n")
 	many := write("many.yaml", "listen: 127.0.0.1:19042\nupstrems: [x:1]\nmode: mesh\ndial_timeout: soon\nlimits:\n  algorithm: leaky\n  memory: 1KiB\n")
+	missing := filepath.Join(dir, "missing.pem")
+	six := write("six.yaml", "listen: 127.0.0.1:99999\nupstreams: [10.0.0.1:9042, 'cass:abc']\nadmin:\n  listen: 127.0.0.1:70000\n  token_file: "+missing+
+		"\ntls:\n  cert_file: "+missing+"\n  key_file: "+missing+"\ncoordination:\n  addresses: [redis]\n")
+	sixErrors := []string{
+		`six.yaml:1: listen: "127.0.0.1:99999": port 99999 is outside 0 to 65535`,
+		`six.yaml:2: upstreams: "cass:abc": port "abc" is not a number`,
+		`six.yaml:4: admin.listen: "127.0.0.1:70000": port 70000 is outside 0 to 65535`,
+		`six.yaml:5: admin.token_file: open ` + missing,
+		`six.yaml:7: tls.cert_file: open ` + missing,
+		`six.yaml:8: tls.key_file: open ` + missing,
+		`six.yaml:10: coordination.addresses: "redis": address redis: missing port`,
+	}
 	tests := []struct {
 		name           string
 		args, env      []string
 		status         int
 		stdout, stderr string   // substrings
 		more           []string // further substrings of stderr
+		lines          int      // lines of stderr, if not 0
 	}{
 		{name: "version", args: []string{"version"}, stdout: "cqlguard "},
 		{name: "-version", args: []string{"-version"}, stdout: "cqlguard "},
@@ -47,6 +60,9 @@ func TestCLI(t *testing.T) {
 		{name: "bad file", args: []string{"check-config", bad}, status: 1, stderr: `bad.yaml:2: unknown key "upstrems"`},
 		{name: "every problem at once", args: []string{"check-config", many}, status: 1, stderr: `many.yaml:2: unknown key "upstrems"`,
 			more: []string{`many.yaml:4: "soon" is not a duration`, `many.yaml:3: mode: "mesh" is neither`, `many.yaml:6: limits.algorithm: "leaky"`, `many.yaml:7: limits.memory: 1024 bytes is outside`}},
+		{name: "every mistake of a file", args: []string{"check-config", six}, status: 1, stderr: sixErrors[0], more: sixErrors[1:], lines: len(sixErrors)},
+		{name: "serve refuses the same", args: []string{"-config", six}, status: 1, stderr: sixErrors[0], more: sixErrors[1:], lines: len(sixErrors)},
+		{name: "a flag's address", args: []string{"check-config", "-admin", "127.0.0.1:65536", good}, status: 1, stderr: `admin.listen: "127.0.0.1:65536": port 65536 is outside 0 to 65535`},
 		{name: "a class any client can claim: a warning, not an error", args: []string{"check-config", claimable}, stdout: "claimable.yaml: ok",
 			stderr: "cqlguard: warning: " + claimable + ":6: clients.classes.0.match: class checkout is matched on application_names alone"},
 		{name: "missing file", args: []string{"check-config", filepath.Join(dir, "none.yaml")}, status: 1, stderr: "none.yaml"},
@@ -82,6 +98,9 @@ func TestCLI(t *testing.T) {
 				status = ee.ExitCode()
 			} else if err != nil {
 				t.Fatal(err)
+			}
+			if n := strings.Count(stderr.String(), "\n"); tt.lines != 0 && n != tt.lines {
+				t.Errorf("cqlguard %q: %d lines of stderr, want %d:\n%s", tt.args, n, tt.lines, stderr.String())
 			}
 			for _, m := range tt.more {
 				if !strings.Contains(stderr.String(), m) {

@@ -59,9 +59,14 @@ reloads what can change while running.`,
 		name: "check-config", synopsis: "cqlguard check-config [flags] FILE",
 		summary: "check a configuration file as serve would, without serving",
 		about: `Check FILE, with the flags and the environment applied over it, as serve
-does before it listens. Every problem is printed, one a line, naming the
-file and line; status 1 if there is any. What is likely a mistake is
-printed as a warning, which does not fail the check.`,
+does before it listens: every value, every address and port, and the files
+and environment variables it names (certificates, keys and CAs parsed and
+matched, password and token files, password_env and token_env). Every
+problem is printed, one a line, naming the file and line; status 1 if
+there is any. What is likely a mistake is printed as a warning, which
+does not fail the check. What only listening can tell (a port in use, an
+address not on this host, a host name that does not resolve) is not
+checked.`,
 		flags: func() *flag.FlagSet { fs, _ := newCheckConfigFlags(); return fs },
 	},
 	{
@@ -332,7 +337,7 @@ func (f configFlags) read(path string) (config.Config, []byte, error) {
 	if upstreams != "" {
 		cfg.Upstreams = strings.Split(upstreams, ",")
 	}
-	if err := errors.Join(decodeErr, config.Check(&cfg, data)); err != nil {
+	if err := errors.Join(decodeErr, config.Check(&cfg, data), config.CheckFiles(&cfg, data)); err != nil {
 		if path == "" {
 			return cfg, nil, fmt.Errorf("configuration: %w", err)
 		}
