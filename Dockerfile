@@ -5,12 +5,17 @@
 #   docker run --rm -p 9042:9042 -p 127.0.0.1:9180:9180 \
 #       -e CQLGUARD_UPSTREAMS=10.0.0.12:9042 cqlguard
 #
-# The version: `cqlguard version` reads the module version and revision Go
-# stamps into the binary from the build's Git checkout, so the build context
-# keeps .git (see .dockerignore). Without a readable .git (a tarball, or a
-# git worktree, whose .git file points outside the context) the image still
-# builds and says "(devel)". A context that lacks tracked files says
-# "(modified)": .dockerignore leaves out only what Git ignores.
+# The version: `cqlguard version` names the revision the build stamps, as
+# make build does: git describe's, read from the build context's .git (see
+# .dockerignore), or the REVISION build argument when the context has no
+# readable .git (a tarball, or a Git worktree, whose .git file points
+# outside the context):
+#
+#   docker build --build-arg REVISION=$(git describe --always --dirty) -t cqlguard .
+#
+# Without either the image still builds, and names no revision. A context
+# that lacks tracked files says "-dirty": .dockerignore leaves out only what
+# Git ignores.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -19,9 +24,10 @@ COPY . .
 # The product's module alone: go.work also ties in the benchmark tool's and
 # the deploy tests' modules, whose dependencies the binary does not use.
 ENV GOWORK=off
-# -buildvcs=auto stamps the revision when Git can read .git and carries on
-# without it otherwise; -s -w strip symbols, not the build information.
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags='-s -w' -o /cqlguard ./cmd/cqlguard
+# -s -w strip symbols, not the build information.
+ARG REVISION
+RUN rev=${REVISION:-$(git describe --always --dirty 2>/dev/null)}; \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.revision=$rev" -o /cqlguard ./cmd/cqlguard
 
 # No shell in this image, so no HEALTHCHECK: probe /healthz and /readyz on
 # the admin port from outside (Kubernetes probes, see deploy/kubernetes).

@@ -9,13 +9,20 @@ FUZZTIME    ?= 10s
 # tests, which go.work ties together: their dependencies (plotting, an event
 # loop, Kubernetes' types) stay out of the product's go.mod.
 PACKAGES    := ./... ./deploy/... ./test/bench/...
+# CQLGUARD is where build puts the binary.
+CQLGUARD    ?= bin/cqlguard
+# REVISION is the revision build stamps into the binary for `cqlguard
+# version`: git describe's, "-dirty" when the tree has changes. Outside a Git
+# checkout it is empty, and the binary names the revision Go stamped, if
+# any. The Dockerfile stamps the same way.
+REVISION    ?= $(shell git describe --always --dirty 2>/dev/null)
 
 .PHONY: all build demo test lint unit fuzz integration bench goodput classes shedding clean
 
 all: build
 
 build:
-	$(GO) build -o bin/cqlguard ./cmd/cqlguard
+	$(GO) build -ldflags '-X main.revision=$(REVISION)' -o $(CQLGUARD) ./cmd/cqlguard
 
 # demo fetches and starts a local Cassandra, runs cqlguard in front of it and
 # a short workload through it, and prints what happened.
@@ -61,7 +68,7 @@ integration:
 bench: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	-bash test/haproxy/haproxy.sh install
-	bin/cqlguard-bench suite -cqlguard bin/cqlguard $(BENCHFLAGS)
+	bin/cqlguard-bench suite -cqlguard $(CQLGUARD) $(BENCHFLAGS)
 
 clean:
 	rm -rf bin
@@ -75,7 +82,7 @@ clean:
 goodput: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bash test/cassandra/cassandra.sh start
-	bin/cqlguard-bench goodput -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
+	bin/cqlguard-bench goodput -cqlguard $(CQLGUARD) -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/goodput.png $(GOODPUTFLAGS)
 
 # classes runs the client classes experiment (docs/benchmarks.md): against the local
@@ -87,7 +94,7 @@ goodput: build
 classes: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bash test/cassandra/cassandra.sh start
-	bin/cqlguard-bench classes -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
+	bin/cqlguard-bench classes -cqlguard $(CQLGUARD) -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/classes.png $(CLASSESFLAGS)
 
 # shedding runs the shedding experiment (docs/benchmarks.md): against the local
@@ -106,5 +113,5 @@ classes: build
 shedding: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	bash test/cassandra/cassandra.sh start
-	bin/cqlguard-bench shedding -cqlguard bin/cqlguard -upstream 127.0.0.2:9042 \
+	bin/cqlguard-bench shedding -cqlguard $(CQLGUARD) -upstream 127.0.0.2:9042 \
 		-upstream-pid $$(bash test/cassandra/cassandra.sh pid) -out docs/shedding.png $(SHEDDINGFLAGS)

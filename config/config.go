@@ -4,8 +4,10 @@
 // the line.
 //
 // It knows YAML and files, and reads the secrets the file points to (the
-// admin token, the upstream password); it knows nothing of sockets, TLS or
-// the limiter. Package proxy applies a Config, at start and on reload.
+// admin token, the upstream password). It checks addresses as text and
+// TLS material as files (CheckFiles), but opens no socket and builds no
+// TLS configuration or limiter: package proxy applies a Config, at start
+// and on reload.
 package config
 
 import (
@@ -414,17 +416,19 @@ func (c *Config) Validate() error {
 		return errors.New("no configuration")
 	}
 	var ps problems
-	_, _, listenErr := net.SplitHostPort(c.Listen)
-	if listenErr != nil {
-		ps.add(fmt.Errorf("%q: %w", c.Listen, listenErr), "listen")
+	if err := checkAddr(c.Listen, toListen); err != nil {
+		ps.add(err, "listen")
 	}
-	if host, _, err := net.SplitHostPort(c.AdvertiseAddr()); err != nil {
-		// Without advertise, listen's problem is already said.
-		if c.Advertise != "" {
-			ps.add(fmt.Errorf("%q: %w", c.AdvertiseAddr(), err), "advertise")
+	// Without advertise, listen's problems are already said.
+	if c.Advertise != "" {
+		if err := checkAddr(c.Advertise, toDial); err != nil {
+			ps.add(err, "advertise")
 		}
-	} else if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		ps.add(fmt.Errorf("%q must be one IP address, the one drivers dial (set advertise when listen names none)", c.AdvertiseAddr()), "advertise")
+	}
+	if host, _, err := net.SplitHostPort(c.AdvertiseAddr()); err == nil {
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			ps.add(fmt.Errorf("%q must be one IP address, the one drivers dial (set advertise when listen names none)", c.AdvertiseAddr()), "advertise")
+		}
 	}
 	switch c.Mode {
 	case ModeCluster:
@@ -441,7 +445,9 @@ func (c *Config) Validate() error {
 			}
 			h, _, err := net.SplitHostPort(addr)
 			if err != nil || net.ParseIP(h) == nil {
-				ps.add(fmt.Errorf("%q: want ip:port of the proxy in front of %s", addr, peer), "peers")
+				ps.add(fmt.Errorf("%q: want ip:port of the proxy in front of %s", addr, peer), "peers", peer)
+			} else if err := checkAddr(addr, toDial); err != nil {
+				ps.add(fmt.Errorf("%w, for the proxy in front of %s", err, peer), "peers", peer)
 			}
 		}
 	default:
@@ -451,8 +457,8 @@ func (c *Config) Validate() error {
 		ps.add(errors.New("at least one is needed"), "upstreams")
 	}
 	for _, u := range c.Upstreams {
-		if _, _, err := net.SplitHostPort(u); err != nil {
-			ps.add(fmt.Errorf("%q: %w", u, err), "upstreams")
+		if err := checkAddr(u, toDial); err != nil {
+			ps.add(err, "upstreams")
 		}
 	}
 	if c.MaxFrameBytes < 1<<10 || c.MaxFrameBytes > 256<<20 {
@@ -460,6 +466,13 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBufferedBytes < 64<<10 || c.MaxBufferedBytes > 1<<30 {
 		ps.add(fmt.Errorf("%d bytes is outside 64 KiB to 1 GiB", c.MaxBufferedBytes), "max_buffered_bytes")
+	}
+	if c.Admin.Listen != "" {
+		if err := checkAddr(c.Admin.Listen, toListen); err != nil {
+			ps.add(err, "admin", "listen")
+		} else if sameListener(c.Listen, c.Admin.Listen) {
+			ps.add(fmt.Errorf("%q takes the port listen %q takes", c.Admin.Listen, c.Listen), "admin", "listen")
+		}
 	}
 	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
 		ps.add(errors.New("set token_file or token_env, not both"), "admin")

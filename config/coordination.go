@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -103,8 +102,8 @@ func defaultCoordination() CoordinationConfig {
 func (c CoordinationConfig) validate(ps *problems) {
 	bad := func(err error, path ...string) { ps.add(err, append([]string{"coordination"}, path...)...) }
 	for _, a := range c.Addresses {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad(fmt.Errorf("%q: %w", a, err), "addresses")
+		if err := checkAddr(a, toDial); err != nil {
+			bad(err, "addresses")
 		}
 	}
 	if len(c.Addresses) > 1 && !c.Cluster {

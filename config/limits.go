@@ -112,6 +112,7 @@ func (c *LimitsConfig) Validate() error {
 
 func (c *LimitsConfig) validate(ps *problems) {
 	bad := func(err error, path ...string) { ps.add(err, append([]string{"limits"}, path...)...) }
+	n := len(*ps)
 	switch c.Algorithm {
 	case ratelimit.AlgorithmScylla, ratelimit.AlgorithmTokenBucket:
 	default:
@@ -122,6 +123,14 @@ func (c *LimitsConfig) validate(ps *problems) {
 	}
 	if !(c.Burst > 0) || c.Burst > maxBurst {
 		bad(fmt.Errorf("%v must be a positive number of seconds", c.Burst), "burst")
+	}
+	if len(*ps) == n {
+		// Within the bounds, memory may still be too little for this
+		// machine's processors, each of which gets a table.
+		lim := ratelimit.Config{Algorithm: c.Algorithm, MemoryBytes: int(c.Memory), Burst: c.Burst}
+		if err := lim.Validate(); err != nil {
+			bad(fmt.Errorf("%d bytes on this machine: %w", c.Memory, err), "memory")
+		}
 	}
 	if c.MaxPartitionsPerRequest < 1 || c.MaxPartitionsPerRequest > maxPartitionsPerRequest {
 		bad(fmt.Errorf("%d is outside 1 to %d", c.MaxPartitionsPerRequest, maxPartitionsPerRequest), "max_partitions_per_request")

@@ -100,7 +100,12 @@ func (e *decodeError) Unwrap() error { return e.err }
 // value comes from the file, the line of each problem. Every problem is
 // reported, one per line.
 func Check(cfg *Config, data []byte) error {
-	err := cfg.Validate()
+	return locateAll(cfg, data, cfg.Validate())
+}
+
+// locateAll has locate name cfg's file and the lines in data of each
+// error err joins; without a file it returns err as it is.
+func locateAll(cfg *Config, data []byte, err error) error {
 	if err == nil || cfg.file == "" {
 		return err
 	}

@@ -116,8 +116,16 @@ type Limiter struct {
 	stripes   stripeSet
 }
 
-// New returns a Limiter configured by cfg, with its tables allocated.
-func New(cfg Config) (*Limiter, error) {
+// layout is a Config with its defaults applied and its tables sized.
+type layout struct {
+	algorithm        string
+	shards, perShard int
+	burst            float64
+}
+
+// resolve applies cfg's defaults and sizes its tables, or says why New
+// would refuse it.
+func (cfg Config) resolve() (layout, error) {
 	alg := cfg.Algorithm
 	if alg == "" {
 		alg = AlgorithmScylla
@@ -129,7 +137,7 @@ func New(cfg Config) (*Limiter, error) {
 	case AlgorithmTokenBucket:
 		entrySize = bucketEntrySize
 	default:
-		return nil, fmt.Errorf("ratelimit: algorithm %q (want %q or %q): %w",
+		return layout{}, fmt.Errorf("ratelimit: algorithm %q (want %q or %q): %w",
 			cfg.Algorithm, AlgorithmScylla, AlgorithmTokenBucket, ErrConfig)
 	}
 	shards := cfg.Shards
@@ -137,18 +145,18 @@ func New(cfg Config) (*Limiter, error) {
 		shards = runtime.GOMAXPROCS(0)
 	}
 	if shards < 0 {
-		return nil, fmt.Errorf("ratelimit: %d shards: %w", shards, ErrConfig)
+		return layout{}, fmt.Errorf("ratelimit: %d shards: %w", shards, ErrConfig)
 	}
 	mem := cfg.MemoryBytes
 	if mem == 0 {
 		mem = DefaultMemoryBytes
 	}
 	if mem < 0 {
-		return nil, fmt.Errorf("ratelimit: memory %d bytes: %w", mem, ErrConfig)
+		return layout{}, fmt.Errorf("ratelimit: memory %d bytes: %w", mem, ErrConfig)
 	}
 	perShard := floorPow2(mem / shards / entrySize)
 	if perShard < minShardEntries {
-		return nil, fmt.Errorf("ratelimit: memory %d bytes over %d shards gives %d entries of %d bytes per shard, need at least %d: %w",
+		return layout{}, fmt.Errorf("ratelimit: memory %d bytes over %d shards gives %d entries of %d bytes per shard, need at least %d: %w",
 			mem, shards, perShard, entrySize, minShardEntries, ErrConfig)
 	}
 	burst := cfg.Burst
@@ -156,9 +164,25 @@ func New(cfg Config) (*Limiter, error) {
 		burst = 1
 	}
 	if !(burst > 0) || burst > math.MaxInt64/1e9 {
-		return nil, fmt.Errorf("ratelimit: burst %v seconds: %w", cfg.Burst, ErrConfig)
+		return layout{}, fmt.Errorf("ratelimit: burst %v seconds: %w", cfg.Burst, ErrConfig)
 	}
+	return layout{algorithm: alg, shards: shards, perShard: perShard, burst: burst}, nil
+}
 
+// Validate reports why New would refuse cfg, without allocating its
+// tables: with Shards 0, the answer depends on the machine's processors.
+func (cfg Config) Validate() error {
+	_, err := cfg.resolve()
+	return err
+}
+
+// New returns a Limiter configured by cfg, with its tables allocated.
+func New(cfg Config) (*Limiter, error) {
+	lay, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	alg, shards, perShard, burst := lay.algorithm, lay.shards, lay.perShard, lay.burst
 	seed := cfg.Seed
 	if seed == 0 {
 		var b [8]byte

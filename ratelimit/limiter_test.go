@@ -47,6 +47,9 @@ func TestNewConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.cfg.Validate(); (err != nil) != tt.wantErr {
+				t.Errorf("Validate: err = %v, want an error: %v", err, tt.wantErr)
+			}
 			l, err := New(tt.cfg)
 			if tt.wantErr {
 				if !errors.Is(err, ErrConfig) {

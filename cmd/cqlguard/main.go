@@ -29,39 +29,145 @@ import (
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// usageError is a command line that cannot be run: exit status 2. Said
-// is set when the flag package has already said what is wrong.
-type usageError struct {
-	msg  string
-	said bool
-}
+// usageError is a command line that cannot be run: exit status 2, with
+// the usage of the command it names.
+type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-const usage = `Usage:
-  cqlguard [serve] [flags]          run the proxy (the default)
-  cqlguard check-config [flags] FILE check a configuration file, with the
-                                    flags and environment applied over it
-  cqlguard top [flags]              watch a running proxy from its admin
-                                    listener: hot partitions against their
-                                    limits, refusals per table; q quits
-  cqlguard version                  print the version and build revision
-Run "cqlguard serve -h" or "cqlguard top -h" for the flags. The
-environment sets what the flags do, below them and over the file:
+// command is one of cqlguard's commands, as usage describes it.
+type command struct {
+	name string
+	// synopsis is its command line; summary is what it does, in the list
+	// of commands; about says more, in its own usage.
+	synopsis, summary, about string
+	// flags returns a flag set of its flags, for its usage.
+	flags func() *flag.FlagSet
+}
+
+// commands are cqlguard's commands, in the order usage lists them.
+var commands = []command{
+	{
+		name: "serve", synopsis: "cqlguard [serve] [flags]",
+		summary: "run the proxy (the default)",
+		about: `Run the proxy: read the configuration file and the flags, listen, and serve
+until SIGTERM or SIGINT, then drain. SIGHUP, or a change of the file,
+reloads what can change while running.`,
+		flags: func() *flag.FlagSet { fs, _ := newServeFlags(); return fs },
+	},
+	{
+		name: "check-config", synopsis: "cqlguard check-config [flags] FILE",
+		summary: "check a configuration file as serve would, without serving",
+		about: `Check FILE, with the flags and the environment applied over it, as serve
+does before it listens: every value, every address and port, and the files
+and environment variables it names (certificates, keys and CAs parsed and
+matched, password and token files, password_env and token_env). Every
+problem is printed, one a line, naming the file and line; status 1 if
+there is any. What is likely a mistake is printed as a warning, which
+does not fail the check. What only listening can tell (a port in use, an
+address not on this host, a host name that does not resolve) is not
+checked.`,
+		flags: func() *flag.FlagSet { fs, _ := newCheckConfigFlags(); return fs },
+	},
+	{
+		name: "top", synopsis: "cqlguard top [flags]",
+		summary: "watch a running proxy: hot partitions, refusals per table",
+		about: `Watch a running proxy from its admin listener: its hot partitions against
+their limits and its refusals per table, refreshed every -interval; q
+quits. Without a terminal it prints one frame per refresh.`,
+		flags: func() *flag.FlagSet { fs, _ := newTopFlags(); return fs },
+	},
+	{
+		name: "version", synopsis: "cqlguard version",
+		summary: "print the version and the build's revision",
+		about:   "Print the version, the revision the binary was built from and Go's version.",
+		flags:   func() *flag.FlagSet { return newFlagSet("version") },
+	},
+	{
+		name: "help", synopsis: "cqlguard help [COMMAND]",
+		summary: "print this, or a command's usage",
+		about:   "Print cqlguard's usage, or COMMAND's: the same as cqlguard COMMAND -h.",
+		flags:   func() *flag.FlagSet { return newFlagSet("help") },
+	},
+}
+
+// environment is what the environment sets, for serve's and check-config's
+// usage.
+const environment = `The environment sets what the flags do, below them and over the file:
 CQLGUARD_CONFIG, CQLGUARD_LISTEN, CQLGUARD_ADVERTISE, CQLGUARD_UPSTREAMS
 (comma-separated), CQLGUARD_MODE, CQLGUARD_ADMIN_LISTEN, CQLGUARD_LOG_LEVEL,
 CQLGUARD_LOG_FORMAT.
 `
 
+// lookup returns the command called name.
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// usage writes cqlguard's usage: its commands, then serve's flags.
+func usage(w io.Writer) {
+	fmt.Fprint(w, "Usage: cqlguard [COMMAND] [flags]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nRun \"cqlguard COMMAND -h\" for a command's usage and flags. Without a\ncommand, cqlguard serves; its flags:\n\n")
+	serve, _ := lookup("serve")
+	printFlags(w, serve.flags())
+	fmt.Fprint(w, "\n"+environment)
+}
+
+// commandUsage writes c's usage: its command line, what it does, its
+// flags.
+func commandUsage(w io.Writer, c command) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.synopsis, c.about)
+	if fs := c.flags(); hasFlags(fs) {
+		fmt.Fprint(w, "\nFlags:\n")
+		printFlags(w, fs)
+	}
+	if c.name == "serve" || c.name == "check-config" {
+		fmt.Fprint(w, "\n"+environment)
+	}
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// helpFlag reports whether arg asks for help, as the flag package takes it.
+func helpFlag(arg string) bool {
+	switch arg {
+	case "-h", "--h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
 // cli runs the command in args and returns the exit status: 0, 1 when
-// the command failed, 2 for a command line that cannot be run.
+// the command failed, 2 for a command line that cannot be run. Help that
+// was asked for goes to stdout; usage after a mistake, to stderr.
 func cli(args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
+	if len(args) > 0 && helpFlag(args[0]) {
+		usage(stdout)
+		return 0
+	}
+	name := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+		name, args = args[0], args[1:]
 	}
 	var err error
-	switch cmd {
+	switch name {
 	case "serve":
 		err = run(args)
 	case "check-config":
@@ -69,24 +175,25 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	case "top":
 		err = top(args, stdout)
 	case "version":
-		if len(args) > 0 {
-			err = usageError{msg: fmt.Sprintf("version takes no arguments, got %q", args)}
-			break
-		}
-		fmt.Fprintln(stdout, version())
+		err = printVersion(args, stdout)
 	case "help":
-		fmt.Fprint(stdout, usage)
+		err = help(args, stdout)
 	default:
-		err = usageError{msg: fmt.Sprintf("unknown command %q", cmd)}
+		fmt.Fprintf(stderr, "cqlguard: unknown command %q\n\n", name)
+		usage(stderr)
+		return 2
 	}
+	c, _ := lookup(name)
 	var ue usageError
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		commandUsage(stdout, c)
 		return 0
 	case errors.As(err, &ue):
-		if !ue.said {
-			fmt.Fprintf(stderr, "cqlguard: %s\n%s", ue.msg, usage)
-		}
+		fmt.Fprintf(stderr, "cqlguard: %s\n\n", ue.msg)
+		commandUsage(stderr, c)
 		return 2
 	}
 	// A file's problems are reported all at once, one per line.
@@ -96,13 +203,64 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
+// help prints cqlguard's usage, or that of the command args names.
+func help(args []string, stdout io.Writer) error {
+	fs := newFlagSet("help")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch fs.NArg() {
+	case 0:
+		usage(stdout)
+		return nil
+	case 1:
+		c, ok := lookup(fs.Arg(0))
+		if !ok {
+			return usageError{msg: fmt.Sprintf("help: unknown command %q", fs.Arg(0))}
+		}
+		commandUsage(stdout, c)
+		return nil
+	}
+	return usageError{msg: "help takes at most one COMMAND"}
+}
+
+// printVersion is the version command.
+func printVersion(args []string, stdout io.Writer) error {
+	fs := newFlagSet("version")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{msg: fmt.Sprintf("version takes no arguments, got %q", fs.Args())}
+	}
+	fmt.Fprintln(stdout, version())
+	return nil
+}
+
+// revision is the source revision the build stamped with -ldflags
+// "-X main.revision=...": make build and the Dockerfile stamp git describe's
+// (a commit, "-dirty" when the tree had changes), which holds where Go's own
+// stamp does not, with GOFLAGS=-buildvcs=false or in a Git worktree that a
+// container build cannot read. Empty when the build stamped none.
+var revision string
+
 // version is the module's version and the revision it was built from.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "cqlguard (no build information)"
 	}
+	return describeBuild(bi, revision)
+}
+
+// describeBuild is version for the build information bi and the stamped
+// revision stamp: the stamp if any, else the revision Go recorded from
+// the checkout, if any.
+func describeBuild(bi *debug.BuildInfo, stamp string) string {
 	v := "cqlguard " + bi.Main.Version
+	if stamp != "" {
+		return v + " revision " + stamp + " " + bi.GoVersion
+	}
 	for _, kv := range bi.Settings {
 		switch kv.Key {
 		case "vcs.revision":
@@ -179,7 +337,7 @@ func (f configFlags) read(path string) (config.Config, []byte, error) {
 	if upstreams != "" {
 		cfg.Upstreams = strings.Split(upstreams, ",")
 	}
-	if err := errors.Join(decodeErr, config.Check(&cfg, data)); err != nil {
+	if err := errors.Join(decodeErr, config.Check(&cfg, data), config.CheckFiles(&cfg, data)); err != nil {
 		if path == "" {
 			return cfg, nil, fmt.Errorf("configuration: %w", err)
 		}
@@ -196,24 +354,37 @@ func (f configFlags) configPath() string {
 	return os.Getenv("CQLGUARD_CONFIG")
 }
 
-// parseFlags parses args into fs; a flag it does not know is a usage
-// error, which fs has already printed with its flags.
+// newFlagSet returns an empty flag set for the command name that says
+// nothing itself: cli prints its usage and errors.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("cqlguard "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseFlags parses args into fs. It returns flag.ErrHelp for -h, and a
+// usage error for a flag it does not know or a value it cannot take.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{msg: err.Error(), said: true}
+		return usageError{msg: err.Error()}
 	}
 	return nil
+}
+
+// newCheckConfigFlags returns check-config's flags.
+func newCheckConfigFlags() (*flag.FlagSet, configFlags) {
+	fs := newFlagSet("check-config")
+	return fs, addConfigFlags(fs)
 }
 
 // checkConfig checks a configuration file with the flags and environment
 // applied over it, and says so on stdout; what in it is likely a mistake
 // goes to stderr as warnings, which do not fail the check.
 func checkConfig(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("cqlguard check-config", flag.ContinueOnError)
-	flags := addConfigFlags(fs)
+	fs, flags := newCheckConfigFlags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -235,22 +406,38 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// serveFlags are serve's flags.
+type serveFlags struct {
+	configFlags
+	watch       *bool
+	watchEvery  *time.Duration
+	showVersion *bool
+}
+
+// newServeFlags returns serve's flags.
+func newServeFlags() (*flag.FlagSet, serveFlags) {
+	fs := newFlagSet("serve")
+	return fs, serveFlags{
+		configFlags: addConfigFlags(fs),
+		watch:       fs.Bool("watch-config", true, "reload the -config file when its contents change"),
+		watchEvery:  fs.Duration("watch-interval", config.DefaultWatchInterval, "how often -watch-config looks at the file"),
+		showVersion: fs.Bool("version", false, "print the version and exit"),
+	}
+}
+
 func run(args []string) error {
-	fs := flag.NewFlagSet("cqlguard serve", flag.ContinueOnError)
-	flags := addConfigFlags(fs)
-	watch := fs.Bool("watch-config", true, "reload the -config file when its contents change")
-	watchEvery := fs.Duration("watch-interval", config.DefaultWatchInterval, "how often -watch-config looks at the file")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs, flags := newServeFlags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	if *showVersion {
+	if *flags.showVersion {
 		fmt.Println(version())
 		return nil
 	}
+	watch, watchEvery := flags.watch, flags.watchEvery
 	if *watchEvery <= 0 {
 		return fmt.Errorf("-watch-interval %v: must be positive", *watchEvery)
 	}

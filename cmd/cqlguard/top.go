@@ -47,31 +47,46 @@ type topOptions struct {
 	once     bool
 }
 
+// topFlags are top's flags.
+type topFlags struct {
+	admin, config, tokenFile *string
+	n                        *int
+	interval                 *time.Duration
+	once                     *bool
+}
+
+// newTopFlags returns top's flags.
+func newTopFlags() (*flag.FlagSet, topFlags) {
+	fs := newFlagSet("top")
+	return fs, topFlags{
+		admin:     fs.String("admin", "", "admin listener to read, host:port (default admin.listen of -config, else 127.0.0.1:9180); env CQLGUARD_ADMIN_LISTEN"),
+		config:    fs.String("config", "", "read admin.listen and the bearer token (admin.token_file or admin.token_env) from this configuration file; env CQLGUARD_CONFIG"),
+		n:         fs.Int("n", 20, "hot partitions to ask /hot for"),
+		interval:  fs.Duration("interval", time.Second, "time between refreshes"),
+		tokenFile: fs.String("token-file", "", "file holding the bearer token /hot asks for (admin.token_file)"),
+		once:      fs.Bool("once", false, "print one frame, with rates over one -interval, and exit: status 1 if /hot or /metrics could not be read"),
+	}
+}
+
 // parseTop parses top's flags over the configuration file, if any, and
 // the environment: the admin address is -admin, else CQLGUARD_ADMIN_LISTEN,
 // else the file's admin.listen, else the default; the token is
 // -token-file's, else the file's admin.token_file or admin.token_env.
 func parseTop(args []string) (topOptions, error) {
-	fs := flag.NewFlagSet("cqlguard top", flag.ContinueOnError)
-	admin := fs.String("admin", "", "admin listener to read, host:port (default admin.listen of -config, else 127.0.0.1:9180); env CQLGUARD_ADMIN_LISTEN")
-	cfgPath := fs.String("config", "", "read admin.listen and the bearer token (admin.token_file or admin.token_env) from this configuration file; env CQLGUARD_CONFIG")
-	n := fs.Int("n", 20, "hot partitions to ask /hot for")
-	interval := fs.Duration("interval", time.Second, "time between refreshes")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token /hot asks for (admin.token_file)")
-	once := fs.Bool("once", false, "print one frame, with rates over one -interval, and exit: status 1 if /hot or /metrics could not be read")
+	fs, f := newTopFlags()
 	if err := parseFlags(fs, args); err != nil {
 		return topOptions{}, err
 	}
 	switch {
 	case fs.NArg() > 0:
 		return topOptions{}, usageError{msg: fmt.Sprintf("top: unexpected argument %q", fs.Arg(0))}
-	case *n < 1:
-		return topOptions{}, usageError{msg: fmt.Sprintf("top: -n %d: want at least 1", *n)}
-	case *interval <= 0:
-		return topOptions{}, usageError{msg: fmt.Sprintf("top: -interval %v: must be positive", *interval)}
+	case *f.n < 1:
+		return topOptions{}, usageError{msg: fmt.Sprintf("top: -n %d: want at least 1", *f.n)}
+	case *f.interval <= 0:
+		return topOptions{}, usageError{msg: fmt.Sprintf("top: -interval %v: must be positive", *f.interval)}
 	}
-	o := topOptions{admin: config.Default().Admin.Listen, n: *n, interval: *interval, once: *once}
-	path := *cfgPath
+	o := topOptions{admin: config.Default().Admin.Listen, n: *f.n, interval: *f.interval, once: *f.once}
+	path := *f.config
 	if path == "" {
 		path = os.Getenv("CQLGUARD_CONFIG")
 	}
@@ -93,16 +108,16 @@ func parseTop(args []string) (topOptions, error) {
 	if v := os.Getenv("CQLGUARD_ADMIN_LISTEN"); v != "" {
 		o.admin = v
 	}
-	if *admin != "" {
-		o.admin = *admin
+	if *f.admin != "" {
+		o.admin = *f.admin
 	}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
+	if *f.tokenFile != "" {
+		b, err := os.ReadFile(*f.tokenFile)
 		if err != nil {
 			return o, fmt.Errorf("-token-file: %w", err)
 		}
 		if o.token = strings.TrimRight(string(b), "\r\n"); o.token == "" {
-			return o, fmt.Errorf("-token-file: %s is empty", *tokenFile)
+			return o, fmt.Errorf("-token-file: %s is empty", *f.tokenFile)
 		}
 	}
 	return o, nil

@@ -28,7 +28,8 @@ import (
 // TestPrometheus runs cqlguard in front of the fake node, coordinated
 // through a real Redis, with a load some of which it refuses, and a
 // private Prometheus (test/prometheus/prometheus.sh) scraping its /metrics
-// every second with deploy/prometheus/alerts.yml loaded. Every query of
+// every second with deploy/prometheus/*.yml loaded as rule_files, as an
+// operator's prometheus.yml would name them. Every query of
 // deploy/grafana/cqlguard.json, its variables filled in, must parse and
 // return data; every metric alerts.yml names must be scraped; every rule
 // must evaluate without error. It needs no Cassandra.
@@ -240,7 +241,7 @@ type promServer struct {
 
 // startPrometheus runs Prometheus on a free port of 127.0.0.1 through
 // test/prometheus/prometheus.sh, scraping admin's /metrics every second
-// as job cqlguard and evaluating deploy/prometheus/alerts.yml as often,
+// as job cqlguard and evaluating the rules of deploy/prometheus/*.yml as often,
 // and waits until it has scraped it. It is stopped when the test ends.
 func startPrometheus(t *testing.T, admin string) promServer {
 	t.Helper()
@@ -257,7 +258,7 @@ rule_files: [%q]
 scrape_configs:
   - job_name: cqlguard
     static_configs: [{targets: [%q]}]
-`, filepath.Join(repoRoot(), "deploy", "prometheus", "alerts.yml"), admin)
+`, filepath.Join(repoRoot(), "deploy", "prometheus", "*.yml"), admin)
 	if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +385,7 @@ func (p promServer) rulesHealthy(t *testing.T) {
 			t.Errorf("rule %s", b)
 		}
 		if n == 0 {
-			t.Fatal("Prometheus loaded no rules from deploy/prometheus/alerts.yml")
+			t.Fatal("Prometheus loaded no rules from deploy/prometheus/*.yml")
 		}
 		if len(unknown) == 0 || len(bad) > 0 {
 			return

@@ -8,8 +8,9 @@
 #                                         configuration file CONFIG, keeping its data,
 #                                         pid and log in DIR; prints its URL when ready
 #   prometheus.sh stop DIR                stop the Prometheus started with DIR, if it runs
-#   prometheus.sh rules                   promtool check rules and promtool test rules
-#                                         on deploy/prometheus
+#   prometheus.sh rules                   promtool check rules on deploy/prometheus/*.yml,
+#                                         as a rule_files glob loads them, and promtool
+#                                         test rules on deploy/prometheus/tests/*.yml
 #
 # CONFIG says what to scrape and how often; the tests scrape every second.
 # A start on a DIR whose Prometheus runs fails: stop it first. Progress goes
@@ -148,8 +149,8 @@ stop() {
 rules() {
   install
   local d="$root/deploy/prometheus"
-  promtool check rules "$d/alerts.yml"
-  (cd "$d" && promtool test rules alerts_test.yml)
+  promtool check rules "$d"/*.yml
+  promtool test rules "$d"/tests/*.yml
 }
 
 cmd=${1:-}
