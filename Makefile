@@ -31,8 +31,8 @@ demo:
 
 # test runs everything CI runs: lint, unit and race tests (with the Redis and
 # Prometheus it installs), a bounded fuzz run of every fuzz target, and the integration
-# tests against a real Cassandra with gocql and the Python, Node, Java and
-# Rust drivers, three cqlguard processes coordinated through Redis, the
+# tests against a real Cassandra with gocql, ScyllaDB's gocql fork and the
+# Python, Node, Java and Rust drivers, three cqlguard processes coordinated through Redis, the
 # Grafana dashboard's queries and the alerting rules against a real
 # Prometheus, the Kubernetes manifests decoded strictly, and cqlguard top
 # driven under tmux.
@@ -41,10 +41,13 @@ test: lint unit fuzz integration
 $(STATICCHECK):
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+# lint also checks the client of ScyllaDB's gocql fork, a module of its own
+# outside go.work (the fork keeps gocql's module path, which it replaces).
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PACKAGES)
 	$(STATICCHECK) $(PACKAGES)
+	cd test/drivers/scyllagocql && GOWORK=off $(GO) vet ./... && GOWORK=off $(STATICCHECK) ./...
 
 # unit installs Redis and Prometheus first (Debian's packages,
 # test/redis/redis.sh and test/prometheus/prometheus.sh): the fleet-wide

@@ -107,6 +107,36 @@ func ParsePrepared(body []byte, v uint8) (Prepared, error) {
 	return p, nil
 }
 
+// AppendPreparedLWT appends the RESULT frame of header h and uncompressed
+// body, of kind Prepared, with ScyllaDB's LWT mark (MetadataScyllaLWT) set
+// in the variables' flags, as ScyllaDB marks a conditional statement for a
+// driver that asked for SCYLLA_LWT_ADD_METADATA_MARK. The frame is
+// uncompressed.
+func AppendPreparedLWT(dst []byte, h Header, body []byte) ([]byte, error) {
+	msg, ok := ResponseMessage(body, h)
+	if !ok {
+		return dst, fmt.Errorf("frame: RESULT prefix: %w", ErrShortBody)
+	}
+	if _, err := ParsePrepared(msg, h.Version); err != nil {
+		return dst, err
+	}
+	// The flags follow the kind, the id and, in v5, the result metadata
+	// id; ParsePrepared has checked that they are there.
+	c := bodyCursor{b: msg, off: 4}
+	c.shortBytes()
+	if h.Version >= 5 {
+		c.shortBytes()
+	}
+	flagsAt := len(body) - len(msg) + c.off
+	start := len(dst)
+	h.Flags &^= FlagCompression
+	dst = AppendHeader(dst, h)
+	dst = append(dst, body...)
+	dst[start+HeaderSize+flagsAt] |= byte(MetadataScyllaLWT >> 24)
+	SetLength(dst[start:])
+	return dst, nil
+}
+
 // Indexes is a list of [short] indexes, left encoded in the body.
 type Indexes struct {
 	b []byte

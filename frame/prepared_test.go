@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/datastax/go-cassandra-native-protocol/datatype"
@@ -276,6 +277,78 @@ func TestParsePreparedLayouts(t *testing.T) {
 	}
 }
 
+func TestAppendPreparedLWT(t *testing.T) {
+	// A response prefix of warnings, which a frame with FlagWarning carries
+	// before its message.
+	warnings := bytes.Join([][]byte{wireShort(1), wireString("careful")}, nil)
+	for _, v := range parseVersions {
+		for i, m := range oraclePrepared(t, v) {
+			if i%5 != 0 {
+				continue
+			}
+			msg := oracleBody(t, v, m)
+			for _, tt := range []struct {
+				name   string
+				flags  uint8
+				prefix []byte
+			}{
+				{"plain", 0, nil},
+				{"decompressed", FlagCompression, nil},
+				{"with warnings", FlagWarning, warnings},
+			} {
+				what := fmt.Sprintf("v%d prepared %d %s", v, i, tt.name)
+				body := append(slices.Clone(tt.prefix), msg...)
+				h := Header{Version: v, Flags: tt.flags, Response: true, Stream: 7, Opcode: OpResult}
+				f, err := AppendPreparedLWT([]byte("kept"), h, body)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if string(f[:4]) != "kept" {
+					t.Fatalf("%s: dst overwritten", what)
+				}
+				f = f[4:]
+				got, err := ParseHeader(f)
+				if err != nil || got.Flags != tt.flags&^FlagCompression || got.Stream != 7 || got.Length != len(body) {
+					t.Fatalf("%s: header %+v, %v", what, got, err)
+				}
+				out, _ := ResponseMessage(f[HeaderSize:], got)
+				p, err := ParsePrepared(out, v)
+				if err != nil || !p.LWT {
+					t.Fatalf("%s: LWT %v, %v", what, p.LWT, err)
+				}
+				checkPrepared(t, what, p, m, v)
+				// Only the mark changed: the first byte of the flags.
+				var diff []int
+				for j := range msg {
+					if out[j] != msg[j] {
+						diff = append(diff, j)
+					}
+				}
+				at := 4 + 2 + len(m.PreparedQueryId)
+				if v >= 5 {
+					at += 2 + len(m.ResultMetadataId)
+				}
+				if !slices.Equal(diff, []int{at}) || out[at] != msg[at]|0x80 {
+					t.Fatalf("%s: bytes %v changed, want only %d (the flags' top bit)", what, diff, at)
+				}
+			}
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		h    Header
+		body []byte
+	}{
+		{"not Prepared", Header{Version: 4}, bytes.Join([][]byte{wireInt(2), wireInt(0), wireInt(0)}, nil)},
+		{"short", Header{Version: 4}, wireInt(4)},
+		{"prefix past the body", Header{Version: 4, Flags: FlagTracing}, []byte{1, 2, 3}},
+	} {
+		if f, err := AppendPreparedLWT(nil, tt.h, tt.body); err == nil {
+			t.Errorf("%s: % x, want an error", tt.name, f)
+		}
+	}
+}
+
 // preparedBody is the v4 answer to preparing an INSERT of five columns
 // into a table whose partition key is (b, a).
 func preparedBody(tb testing.TB) []byte {
@@ -335,6 +408,13 @@ func FuzzParsePrepared(f *testing.F) {
 		p, err := ParsePrepared(body, v)
 		if err != nil {
 			return
+		}
+		marked, err := AppendPreparedLWT(nil, Header{Version: v, Response: true, Opcode: OpResult}, body)
+		if err != nil {
+			t.Fatalf("marking a body ParsePrepared takes: %v", err)
+		}
+		if m, err := ParsePrepared(marked[HeaderSize:], v); err != nil || !m.LWT || !bytes.Equal(m.ID, p.ID) {
+			t.Fatalf("marked: %+v, %v", m, err)
 		}
 		for i := range p.PKIndexes.Len() {
 			if int(p.PKIndexes.At(i)) >= p.Variables.Len() {

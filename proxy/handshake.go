@@ -38,6 +38,7 @@ const (
 type handshake struct {
 	comp            frame.Compression
 	optIn           bool
+	lwtMark         bool   // the driver asked for the LWT mark
 	options         uint64 // optionsDigest of the STARTUP
 	app, id, driver string
 	// principal folds the credentials of the login so far; user is the

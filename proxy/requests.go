@@ -240,9 +240,9 @@ func (s *session) badStream(id int16) (reason, msg string) {
 	return "", ""
 }
 
-// startup notes the driver's compression, rate-limit opt-in and the
-// options classes match on, which take effect once the upstream accepts
-// the STARTUP, and keeps the opt-in from an upstream that did not
+// startup notes the driver's compression, rate-limit and LWT mark opt-ins
+// and the options classes match on, which take effect once the upstream
+// accepts the STARTUP, and keeps each opt-in from an upstream that did not
 // advertise it.
 func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	if len(f) < frame.HeaderSize {
@@ -260,11 +260,17 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 		}
 	}
 	_, optIn, _ := frame.StartupOption(f[frame.HeaderSize:], rateLimitKey)
-	s.pending.comp, s.pending.optIn = comp, optIn
+	_, lwtMark, _ := frame.StartupOption(f[frame.HeaderSize:], lwtMarkKey)
+	s.pending.comp, s.pending.optIn, s.pending.lwtMark = comp, optIn, lwtMark
 	s.pending.options = s.p.optionsDigest(f[frame.HeaderSize:])
 	s.learnStartup(f[frame.HeaderSize:])
 	if optIn && !s.upstreamRateLimit {
-		return frame.AppendStartupWithout(nil, f, rateLimitKey)
+		if f, err = frame.AppendStartupWithout(nil, f, rateLimitKey); err != nil {
+			return nil, err
+		}
+	}
+	if lwtMark && !s.upstreamLWTMark {
+		return frame.AppendStartupWithout(nil, f, lwtMarkKey)
 	}
 	return f, nil
 }

@@ -82,6 +82,7 @@ func (s *session) serveResponses() error {
 				// What the upstream sends after READY or AUTHENTICATE is
 				// compressed as the STARTUP asked.
 				s.compression = s.pending.comp
+				s.markLWT = s.pending.lwtMark && !s.upstreamLWTMark
 			}
 		}
 		s.wakeRequests()
@@ -187,7 +188,8 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 	case h.Opcode != frame.OpResult:
 		return f, true, nil
 	case req.reply == replyPrepared:
-		return f, true, s.learnPrepared(f, h, comp, req.table, req.prepared)
+		out, err := s.learnPrepared(f, h, comp, req.table, req.prepared)
+		return out, true, err
 	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
 		body, err := s.responseBody(f, comp)
 		if err != nil {
@@ -215,21 +217,23 @@ func (s *session) responseBody(f []byte, comp frame.Compression) ([]byte, error)
 	return d.Body(comp, body, int(s.p.cfg.MaxFrameBytes))
 }
 
-// learnPrepared records the statement a RESULT Prepared names: what the
+// learnPrepared records the statement a RESULT Prepared f names: what the
 // request path learned of its text (p), completed with the partition key
-// indexes the upstream reports.
-func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply, p *preparedStatement) error {
-	body, err := s.responseBody(f, comp)
+// indexes the upstream reports. It returns f, or f with the LWT mark set
+// for a conditional statement when the driver asked for the mark and the
+// upstream does not set it.
+func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply, p *preparedStatement) ([]byte, error) {
+	whole, err := s.responseBody(f, comp)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	body, _ = frame.ResponseMessage(body, h)
+	body, _ := frame.ResponseMessage(whole, h)
 	if kind, ok := frame.ResultKind(body); !ok || kind != frame.ResultKindPrepared {
-		return nil // an error, say
+		return f, nil // an error, say
 	}
 	prep, err := frame.ParsePrepared(body, h.Version)
 	if err != nil {
-		return fmt.Errorf("RESULT Prepared: %w", err)
+		return nil, fmt.Errorf("RESULT Prepared: %w", err)
 	}
 	if p == nil {
 		p = &preparedStatement{}
@@ -256,7 +260,10 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 		}
 	}
 	s.p.prepared.put(prep.ID, p)
-	return nil
+	if s.markLWT && p.lwt && !prep.LWT {
+		return frame.AppendPreparedLWT(nil, h, whole)
+	}
+	return f, nil
 }
 
 // learnKeyspace sets the connection's keyspace from the upstream's answer

@@ -34,6 +34,7 @@ type session struct {
 	toUpstream *writer
 
 	upstreamRateLimit bool // the upstream advertised the rate-limit error
+	upstreamLWTMark   bool // the upstream advertised the LWT mark, and sets it itself
 	// answered carries the upstream's verdict on a request the request
 	// path waits on before it reads the next frame (see settled): a
 	// STARTUP, an AUTH_RESPONSE or a USE, whose answer changes how what
@@ -64,6 +65,10 @@ type session struct {
 	full, halted   bool
 	compression    frame.Compression // negotiated in STARTUP, once the upstream accepted it
 	rateLimitOptIn bool              // the driver asked for the rate-limit error; request path only
+	// markLWT is set once the upstream accepted a STARTUP asking for the
+	// LWT mark that the upstream does not set: the proxy marks the
+	// conditional statements the driver prepares. Response path only.
+	markLWT bool
 	// keyspace is the connection's keyspace, set by the response path from
 	// the upstream's answer to a USE and read by the request path.
 	keyspace atomic.Pointer[[]byte]
@@ -167,6 +172,7 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 		toClient:          newBudgetWriter(client, int(p.cfg.MaxBufferedBytes), p.buffered),
 		toUpstream:        newBudgetWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered),
 		upstreamRateLimit: u.rateLimitError,
+		upstreamLWTMark:   u.lwtMark,
 		answered:          make(chan verdict, 1),
 	}
 	s.identity.addr = addrOf(client)

@@ -136,6 +136,78 @@ func TestSupportedAndStartupOptIn(t *testing.T) {
 	}
 }
 
+// recvPrepared reads a RESULT Prepared and reports whether it carries
+// ScyllaDB's LWT mark; the oracle's codec has no field for the mark.
+func (c *rawClient) recvPrepared() (lwt bool) {
+	c.t.Helper()
+	f, h, err := c.r.Next()
+	if err != nil {
+		c.t.Fatalf("reading from the proxy: %v", err)
+	}
+	msg, _ := frame.ResponseMessage(f[frame.HeaderSize:], h)
+	p, err := frame.ParsePrepared(msg, h.Version)
+	if err != nil {
+		c.t.Fatalf("RESULT Prepared: %v", err)
+	}
+	return p.LWT
+}
+
+// TestLWTMark checks that the proxy offers ScyllaDB's LWT mark whatever the
+// upstream, and, in front of a node that does not set it, sets it on the
+// conditional statements a driver that asked for it prepares: ScyllaDB's
+// gocql fork takes every prepared statement for conditional when a
+// server that advertises the rate-limit error does not offer the mark.
+func TestLWTMark(t *testing.T) {
+	t.Parallel()
+	mask := "LWT_OPTIMIZATION_META_BIT_MASK=2147483648"
+	plain := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	scylla := fakeNode(t, "127.0.0.1:0", fakenode.Options{Supported: map[string][]string{lwtMarkKey: {mask}}})
+	_, plainAddr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{plain.Addr()} })
+	_, scyllaAddr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{scylla.Addr()} })
+	const (
+		conditional = "UPDATE ks.t SET v = ? WHERE k = ? IF v = ?"
+		plainWrite  = "INSERT INTO ks.t (k, v) VALUES (?, ?)"
+	)
+	tests := []struct {
+		name      string
+		node      *fakenode.Node
+		addr      string
+		v         primitive.ProtocolVersion
+		optIn     bool
+		forwarded bool // the opt-in reaches the node
+		marked    bool // the conditional statement comes back marked
+	}{
+		{"plain node v3", plain, plainAddr, 3, true, false, true},
+		{"plain node v4", plain, plainAddr, 4, true, false, true},
+		{"plain node v5", plain, plainAddr, 5, true, false, true},
+		{"plain node, no opt-in", plain, plainAddr, 4, false, false, false},
+		// A node that offers the mark sets it itself; this one never does.
+		{"marking node", scylla, scyllaAddr, 4, true, true, false},
+	}
+	for _, tt := range tests {
+		c := dialRaw(t, tt.addr, tt.v)
+		c.send(1, &message.Options{})
+		if got := c.recv().Body.Message.(*message.Supported).Options[lwtMarkKey]; !reflect.DeepEqual(got, []string{mask}) {
+			t.Errorf("%s: SUPPORTED %s = %q, want [%s]", tt.name, lwtMarkKey, got, mask)
+		}
+		opts := map[string]string{}
+		if tt.optIn {
+			opts[lwtMarkKey] = mask
+		}
+		c.startup(opts)
+		startups := tt.node.Startups()
+		if _, got := startups[len(startups)-1].Options[lwtMarkKey]; got != tt.forwarded {
+			t.Errorf("%s: opt-in forwarded %v, want %v", tt.name, got, tt.forwarded)
+		}
+		for i, q := range []string{conditional, plainWrite} {
+			c.send(int16(2+i), &message.Prepare{Query: q})
+			if got, want := c.recvPrepared(), tt.marked && q == conditional; got != want {
+				t.Errorf("%s: %s marked %v, want %v", tt.name, q, got, want)
+			}
+		}
+	}
+}
+
 func TestEventsFiltered(t *testing.T) {
 	t.Parallel()
 	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})

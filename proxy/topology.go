@@ -25,6 +25,19 @@ import (
 // rateLimitKey is the SUPPORTED and STARTUP key of ScyllaDB's rate-limit error.
 const rateLimitKey = "SCYLLA_RATE_LIMIT_ERROR"
 
+// lwtMarkKey is the SUPPORTED and STARTUP key of ScyllaDB's LWT mark: a
+// driver that asks for it learns from the flags of each RESULT Prepared
+// whether the statement is conditional. The proxy advertises it as
+// ScyllaDB does, and sets the mark itself in front of a node that does
+// not: ScyllaDB's gocql fork takes every prepared statement for
+// conditional when the server advertises the rate-limit error but not the
+// mark, and retries each refusal three times on the same host.
+const lwtMarkKey = "SCYLLA_LWT_ADD_METADATA_MARK"
+
+// lwtMarkOption is the mark's SUPPORTED value: the bit of the flags that
+// marks a conditional statement, as ScyllaDB advertises it.
+var lwtMarkOption = frame.Option{Key: lwtMarkKey, Values: []string{"LWT_OPTIMIZATION_META_BIT_MASK=" + strconv.FormatUint(uint64(frame.MetadataScyllaLWT), 10)}}
+
 // strippedSupported are SUPPORTED keys that reveal upstream topology or
 // change frame layouts the proxy does not parse (FACTS.md section 3).
 var strippedSupported = []string{
@@ -100,11 +113,18 @@ func tableOf(rec *cql.Recognizer) reply {
 }
 
 // supported rewrites the uncompressed body of a SUPPORTED response with
-// header h: strips upstream-only keys and advertises the rate-limit error.
+// header h: strips upstream-only keys and advertises the rate-limit error
+// and, unless the upstream does, the LWT mark.
 func (t *topology) supported(h frame.Header, body []byte) ([]byte, error) {
+	add := []frame.Option{{Key: rateLimitKey, Values: []string{"ERROR_CODE=" + strconv.Itoa(int(frame.ErrCodeRateLimit))}}}
+	if has, err := frame.SupportedHas(body, h, lwtMarkKey); err != nil {
+		return nil, fmt.Errorf("rewriting SUPPORTED: %w", err)
+	} else if !has {
+		add = append(add, lwtMarkOption)
+	}
 	out, err := frame.AppendSupported(nil, h, body, func(key []byte) bool {
 		return string(key) == rateLimitKey || slices.Contains(strippedSupported, string(key))
-	}, frame.Option{Key: rateLimitKey, Values: []string{"ERROR_CODE=" + strconv.Itoa(int(frame.ErrCodeRateLimit))}})
+	}, add...)
 	if err != nil {
 		return nil, fmt.Errorf("rewriting SUPPORTED: %w", err)
 	}

@@ -18,6 +18,7 @@ type upstreamConn struct {
 	conn           net.Conn
 	in             *lazyReader
 	rateLimitError bool // the node advertises SCYLLA_RATE_LIMIT_ERROR
+	lwtMark        bool // the node advertises SCYLLA_LWT_ADD_METADATA_MARK
 }
 
 // dialUpstream connects to addr and asks for its SUPPORTED options, so that
@@ -55,6 +56,7 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 	}
 	if h.Opcode == frame.OpSupported {
 		u.rateLimitError, _ = frame.SupportedHas(f[frame.HeaderSize:], h, rateLimitKey)
+		u.lwtMark, _ = frame.SupportedHas(f[frame.HeaderSize:], h, lwtMarkKey)
 	}
 	c.SetDeadline(time.Time{})
 	return u, nil
