@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/admin"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 )
@@ -478,13 +479,16 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("listening for clients: %w", err)
 	}
-	var adminSrv *proxy.AdminServer
+	var adminSrv *admin.Server
 	if cfg.Admin.Listen != "" {
+		adminSrv, err = admin.NewServer(cfg.Admin, p, reg, reg, log)
+		if err != nil {
+			return err
+		}
 		aln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			return fmt.Errorf("listening for admin: %w", err)
 		}
-		adminSrv = p.NewAdminServer(reg)
 		go func() {
 			if err := adminSrv.Serve(aln); err != nil {
 				log.Error().Err(err).Msg("admin listener stopped")

@@ -34,8 +34,8 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/term"
 
+	"github.com/cqlguard/cqlguard/admin"
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/proxy"
 )
 
 // topOptions are top's command line, resolved.
@@ -320,7 +320,7 @@ type adminClient struct {
 // read has its error set.
 type scrape struct {
 	at         time.Time
-	hot        []proxy.HotPartition
+	hot        []admin.HotPartition
 	hotErr     error
 	metrics    *metricsSample
 	metricsErr error
@@ -375,7 +375,7 @@ func statusError(path string, status int, body []byte) error {
 	return fmt.Errorf("%s: %d %s: %s", path, status, http.StatusText(status), printable(line))
 }
 
-func (c *adminClient) readHot(ctx context.Context) ([]proxy.HotPartition, error) {
+func (c *adminClient) readHot(ctx context.Context) ([]admin.HotPartition, error) {
 	h := http.Header{}
 	if c.token != "" {
 		h.Set("Authorization", "Bearer "+c.token)
@@ -392,7 +392,7 @@ func (c *adminClient) readHot(ctx context.Context) ([]proxy.HotPartition, error)
 	case status != http.StatusOK:
 		return nil, statusError("/hot", status, body)
 	}
-	var hot []proxy.HotPartition
+	var hot []admin.HotPartition
 	if err := json.Unmarshal(body, &hot); err != nil {
 		return nil, fmt.Errorf("/hot: %w", err)
 	}
@@ -639,8 +639,8 @@ func shown(n, all int) string {
 
 // hotTable lays out the hot partitions, with a key column only when /hot
 // shows keys.
-func hotTable(hot []proxy.HotPartition) (string, []string) {
-	keys := slices.ContainsFunc(hot, func(h proxy.HotPartition) bool { return h.Key != "" })
+func hotTable(hot []admin.HotPartition) (string, []string) {
+	keys := slices.ContainsFunc(hot, func(h admin.HotPartition) bool { return h.Key != "" })
 	cols := []column{{title: "TABLE", max: 40}, {title: "OP"}, {title: "TOKEN", right: true}}
 	if keys {
 		cols = append(cols, column{title: "KEY", max: 24})
