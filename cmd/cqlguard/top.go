@@ -11,14 +11,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -146,11 +144,10 @@ func top(args []string, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	c := &adminClient{
-		http:  &http.Client{Timeout: max(2*o.interval, 3*time.Second)},
-		base:  adminURL(o.admin),
-		token: o.token,
-		n:     o.n,
+	c := &admin.Client{
+		BaseURL: adminURL(o.admin),
+		Token:   o.token,
+		HTTP:    &http.Client{Timeout: max(2*o.interval, 3*time.Second)},
 	}
 	if o.once {
 		return topOnce(ctx, o, c, stdout)
@@ -167,14 +164,14 @@ func top(args []string, stdout io.Writer) error {
 
 // topOnce prints one frame, with rates over one interval when /metrics
 // answers, and returns the first error read.
-func topOnce(ctx context.Context, o topOptions, c *adminClient, stdout io.Writer) error {
+func topOnce(ctx context.Context, o topOptions, c *admin.Client, stdout io.Writer) error {
 	v := topView{Admin: o.admin, Interval: o.interval}
-	first := c.scrape(ctx)
+	first := scrapeAdmin(ctx, c, o.n)
 	v.update(first)
 	if first.metricsErr == nil {
 		select {
 		case <-time.After(o.interval):
-			v.update(c.scrape(ctx))
+			v.update(scrapeAdmin(ctx, c, o.n))
 		case <-ctx.Done():
 		}
 	}
@@ -201,7 +198,7 @@ const (
 
 // topTerminal draws the view on the terminal out in raw mode, so that q
 // and Ctrl-C arrive as keys, and restores the terminal when it returns.
-func topTerminal(ctx context.Context, o topOptions, c *adminClient, out *os.File) error {
+func topTerminal(ctx context.Context, o topOptions, c *admin.Client, out *os.File) error {
 	state, err := term.MakeRaw(int(os.Stdin.Fd()))
 	if err != nil {
 		return fmt.Errorf("terminal: %w", err)
@@ -257,11 +254,11 @@ func terminalFrame(frame string) string {
 // reading, and a resized terminal, until ctx ends or a key in keys quits.
 // One reading is under way at a time, so that a slow listener does not
 // pile them up, and keys are answered while it is.
-func topLoop(ctx context.Context, o topOptions, c *adminClient, keys <-chan byte, draw func(topView) error) error {
+func topLoop(ctx context.Context, o topOptions, c *admin.Client, keys <-chan byte, draw func(topView) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan scrape, 1)
-	read := func() { go func() { results <- c.scrape(ctx) }() }
+	read := func() { go func() { results <- scrapeAdmin(ctx, c, o.n) }() }
 	read()
 	pending := true
 	tick := time.NewTicker(o.interval)
@@ -308,14 +305,6 @@ func topLoop(ctx context.Context, o topOptions, c *adminClient, keys <-chan byte
 	}
 }
 
-// adminClient reads one proxy's admin listener.
-type adminClient struct {
-	http  *http.Client
-	base  string // http://host:port
-	token string // bearer token for /hot, if any
-	n     int    // partitions asked of /hot
-}
-
 // scrape is one reading of the admin listener. A part that could not be
 // read has its error set.
 type scrape struct {
@@ -326,88 +315,29 @@ type scrape struct {
 	metricsErr error
 }
 
-// errUnreachable wraps the error of a request that got no answer.
-var errUnreachable = errors.New("cannot reach the admin listener")
-
-func (c *adminClient) scrape(ctx context.Context) scrape {
+// scrapeAdmin reads the first n of /hot, and /metrics, through c.
+func scrapeAdmin(ctx context.Context, c *admin.Client, n int) scrape {
 	s := scrape{at: time.Now()}
-	s.hot, s.hotErr = c.readHot(ctx)
-	s.metrics, s.metricsErr = c.readMetrics(ctx)
+	s.hot, s.hotErr = c.Hot(ctx, n)
+	var se *admin.StatusError
+	if errors.As(s.hotErr, &se) && se.Status == http.StatusUnauthorized {
+		s.hotErr = tokenError(c.Token != "")
+	}
+	if text, err := c.Metrics(ctx); err != nil {
+		s.metricsErr = err
+	} else {
+		s.metrics, s.metricsErr = parseMetrics(bytes.NewReader(text))
+	}
 	return s
 }
 
-// maxBody bounds what is read of an answer.
-const maxBody = 16 << 20
-
-// get requests path and returns the answer's status and body.
-func (c *adminClient) get(ctx context.Context, path string, header http.Header) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return 0, nil, err
+// tokenError says what to do when /hot refused top: pass a token, or
+// check the one passed.
+func tokenError(passed bool) error {
+	if !passed {
+		return errors.New("/hot asks for a bearer token: pass -token-file FILE, or -config with admin.token_file or admin.token_env")
 	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		// The address is in the view's header; the cause is what is news.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return 0, nil, fmt.Errorf("%w: %v", errUnreachable, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: reading the answer: %w", path, err)
-	}
-	return resp.StatusCode, body, nil
-}
-
-// statusError describes an answer other than 200 OK by its status and the
-// first line of its body, which says why.
-func statusError(path string, status int, body []byte) error {
-	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-	if len(line) > 200 {
-		line = line[:200]
-	}
-	return fmt.Errorf("%s: %d %s: %s", path, status, http.StatusText(status), printable(line))
-}
-
-func (c *adminClient) readHot(ctx context.Context) ([]admin.HotPartition, error) {
-	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
-	path := "/hot?n=" + strconv.Itoa(c.n)
-	status, body, err := c.get(ctx, path, h)
-	switch {
-	case err != nil:
-		return nil, err
-	case status == http.StatusUnauthorized && c.token == "":
-		return nil, errors.New("/hot asks for a bearer token: pass -token-file FILE, or -config with admin.token_file or admin.token_env")
-	case status == http.StatusUnauthorized:
-		return nil, errors.New("/hot refused the bearer token: check -token-file, or admin.token_file or admin.token_env of -config")
-	case status != http.StatusOK:
-		return nil, statusError("/hot", status, body)
-	}
-	var hot []admin.HotPartition
-	if err := json.Unmarshal(body, &hot); err != nil {
-		return nil, fmt.Errorf("/hot: %w", err)
-	}
-	return hot, nil
-}
-
-func (c *adminClient) readMetrics(ctx context.Context) (*metricsSample, error) {
-	status, body, err := c.get(ctx, "/metrics", http.Header{"Accept": {"text/plain;version=0.0.4"}})
-	switch {
-	case err != nil:
-		return nil, err
-	case status != http.StatusOK:
-		return nil, statusError("/metrics", status, body)
-	}
-	return parseMetrics(bytes.NewReader(body))
+	return errors.New("/hot refused the bearer token: check -token-file, or admin.token_file or admin.token_env of -config")
 }
 
 // metricsSample is what top shows of one reading of /metrics.

@@ -41,7 +41,7 @@ func rejections(kv map[string]float64) map[rejectionKey]float64 {
 
 func TestRenderTop(t *testing.T) {
 	t.Parallel()
-	unreachable := fmt.Errorf("%w: dial tcp 127.0.0.1:9180: connect: connection refused", errUnreachable)
+	unreachable := fmt.Errorf("%w: dial tcp 127.0.0.1:9180: connect: connection refused", admin.ErrUnreachable)
 	metrics := &metricsSample{connections: 12, inFlight: 3, upstream: 5000, haveUpstream: true,
 		rejections: rejections(map[string]float64{"shop.carts read rejected": 900, "shop.orders write dry_run": 10})}
 	hot := []admin.HotPartition{
@@ -321,7 +321,7 @@ func TestTopViewUpdate(t *testing.T) {
 	if v.Rates != nil {
 		t.Fatalf("rates after one reading: %+v", v.Rates)
 	}
-	v.update(scrape{at: topAt.Add(time.Second), metricsErr: errUnreachable})
+	v.update(scrape{at: topAt.Add(time.Second), metricsErr: admin.ErrUnreachable})
 	if v.Rates != nil {
 		t.Fatalf("rates after a failed reading: %+v", v.Rates)
 	}
@@ -387,8 +387,8 @@ func TestAdminClient(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("token "+tt.token, func(t *testing.T) {
 			t.Parallel()
-			c := &adminClient{http: srv.Client(), base: srv.URL, token: tt.token, n: 5}
-			s := c.scrape(t.Context())
+			c := &admin.Client{BaseURL: srv.URL, Token: tt.token, HTTP: srv.Client()}
+			s := scrapeAdmin(t.Context(), c, 5)
 			if s.metricsErr != nil {
 				t.Fatal(s.metricsErr)
 			}
@@ -415,9 +415,9 @@ func TestAdminClient(t *testing.T) {
 
 	t.Run("no listener", func(t *testing.T) {
 		t.Parallel()
-		c := &adminClient{http: &http.Client{Timeout: 5 * time.Second}, base: "http://" + portZeroAddr(t), n: 5}
-		s := c.scrape(t.Context())
-		if !errors.Is(s.metricsErr, errUnreachable) || !errors.Is(s.hotErr, errUnreachable) || s.metricsErr.Error() != s.hotErr.Error() {
+		c := &admin.Client{BaseURL: "http://" + portZeroAddr(t), HTTP: &http.Client{Timeout: 5 * time.Second}}
+		s := scrapeAdmin(t.Context(), c, 5)
+		if !errors.Is(s.metricsErr, admin.ErrUnreachable) || !errors.Is(s.hotErr, admin.ErrUnreachable) || s.metricsErr.Error() != s.hotErr.Error() {
 			t.Errorf("errors %v and %v, want one unreachable error", s.metricsErr, s.hotErr)
 		}
 	})
