@@ -77,7 +77,7 @@ func TestGuardFollowsTheSchema(t *testing.T) {
 			var log logLines
 			reg := prometheus.NewRegistry()
 			p, _ := serveProxy(t, cfg, zerolog.New(&log), reg, WithSchema(src))
-			srv := httptest.NewServer(p.AdminHandler(reg))
+			srv := httptest.NewServer(adminHandler(t, p, reg))
 			t.Cleanup(srv.Close)
 			get := func(path string) (int, string) {
 				resp, err := http.Get(srv.URL + path)

@@ -42,11 +42,6 @@ type Metrics struct {
 	// rejections are by keyspace, table, op and outcome ("rejected" or
 	// "dry_run"); resolved per rejection, which is off the forwarding path.
 	rejections *prometheus.CounterVec
-	// adminConns are the admin listener's connections open; adminClosedIdle
-	// and adminWaits count what happened to connections accepted at
-	// admin.max_connections.
-	adminConns                  prometheus.Gauge
-	adminClosedIdle, adminWaits prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -106,16 +101,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.bytes[d][op] = bytes.WithLabelValues(dirNames[d], name)
 		}
 	}
-	m.adminConns = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "cqlguard_admin_connections", Help: "Connections the admin listener holds open (bounded by admin.max_connections)."})
-	atCap := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cqlguard_admin_connections_at_cap_total",
-		Help: "Connections accepted on the admin listener at admin.max_connections, by what made room: closed_idle (the connection idle longest was closed), or waited (none was idle, so it waited for one to close or go idle)."},
-		[]string{"action"})
-	m.adminClosedIdle = atCap.WithLabelValues("closed_idle")
-	m.adminWaits = atCap.WithLabelValues("waited")
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
-		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes, m.adminConns, atCap)
+		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes)
 	return m
 }
 

@@ -73,8 +73,6 @@ type Proxy struct {
 	// shedding sheds the least important tiers when a node slows
 	// (shedding.go); nil when off.
 	shedding *shedding
-	// adminToken is the bearer token /hot asks for; nil when none is set.
-	adminToken []byte
 	// coord is the coordination reporter that fills settings.fleet.
 	coord coordination
 	// limiterStats exports the limiter's statistics, keeping the counters
@@ -148,9 +146,6 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	p.elapsed = func() int64 { return int64(time.Since(p.epoch)) }
 	for _, opt := range opts {
 		opt(p)
-	}
-	if p.adminToken, err = cfg.Admin.Token(); err != nil {
-		return nil, err
 	}
 	if cfg.Admin.HotPartitions > 0 {
 		p.hot = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)

@@ -336,7 +336,7 @@ func TestAdminEndpoints(t *testing.T) {
 	ln, _ := net.Listen("tcp", cfg.Listen)
 	go p.Serve(ln)
 	defer p.Shutdown(context.Background())
-	srv := httptest.NewServer(p.AdminHandler(reg))
+	srv := httptest.NewServer(adminHandler(t, p, reg))
 	defer srv.Close()
 
 	c := dialRaw(t, ln.Addr().String(), 4)

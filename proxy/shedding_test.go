@@ -323,7 +323,7 @@ func TestSheddingTrace(t *testing.T) {
 	phase(200*time.Millisecond, true)
 	get := func(url string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
-		p.AdminHandler(prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", url, nil))
+		adminHandler(t, p, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", url, nil))
 		return rec
 	}
 	waitUntil(t, "a few updates", func() bool {

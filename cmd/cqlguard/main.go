@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/admin"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 )
@@ -425,6 +426,8 @@ func newServeFlags() (*flag.FlagSet, serveFlags) {
 	}
 }
 
+// run runs cqlguard serve: the proxy and its admin listener, as the flags
+// and the configuration file say, until SIGTERM or SIGINT.
 func run(args []string) error {
 	fs, flags := newServeFlags()
 	if err := parseFlags(fs, args); err != nil {
@@ -437,12 +440,10 @@ func run(args []string) error {
 		fmt.Println(version())
 		return nil
 	}
-	watch, watchEvery := flags.watch, flags.watchEvery
-	if *watchEvery <= 0 {
-		return fmt.Errorf("-watch-interval %v: must be positive", *watchEvery)
+	if *flags.watchEvery <= 0 {
+		return fmt.Errorf("-watch-interval %v: must be positive", *flags.watchEvery)
 	}
 	path := flags.configPath()
-	configPath := &path
 	cfg, warnings, err := flags.resolve(path)
 	if err != nil {
 		return err
@@ -459,6 +460,13 @@ func run(args []string) error {
 	// is down, say) would repeat every report; the reporter logs each change
 	// of state once, so the client's go to debug.
 	redis.SetLogger(redisLog{log.With().Str("component", "redis").Logger()})
+	return serve(cfg, log, path, *flags.watch, *flags.watchEvery)
+}
+
+// serve serves cfg until SIGTERM or SIGINT, then drains. With a
+// configuration file at path, SIGHUP reloads it, and so does a change of
+// its contents when watch is set, looked for every watchEvery.
+func serve(cfg config.Config, log zerolog.Logger, path string, watch bool, watchEvery time.Duration) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := proxy.New(cfg, log, reg)
@@ -478,18 +486,9 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("listening for clients: %w", err)
 	}
-	var adminSrv *proxy.AdminServer
-	if cfg.Admin.Listen != "" {
-		aln, err := net.Listen("tcp", cfg.Admin.Listen)
-		if err != nil {
-			return fmt.Errorf("listening for admin: %w", err)
-		}
-		adminSrv = p.NewAdminServer(reg)
-		go func() {
-			if err := adminSrv.Serve(aln); err != nil {
-				log.Error().Err(err).Msg("admin listener stopped")
-			}
-		}()
+	adminSrv, err := serveAdmin(cfg, p, reg, log)
+	if err != nil {
+		return err
 	}
 	log.Info().Str("listen", cfg.Listen).Str("advertise", cfg.AdvertiseAddr()).Str("mode", cfg.Mode).
 		Strs("upstreams", cfg.Upstreams).Str("admin", cfg.Admin.Listen).Msg("cqlguard serving")
@@ -502,16 +501,16 @@ func run(args []string) error {
 	var watcher *config.Watcher
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	if *configPath != "" {
+	if path != "" {
 		watcher = config.NewWatcher(cfg, log, func(c config.Config, err error) {
 			if err != nil {
-				p.ReloadFailed(*configPath, err)
+				p.ReloadFailed(path, err)
 				return
 			}
 			p.Reload(c)
 		})
-		if *watch {
-			go watcher.Run(watchCtx, *watchEvery)
+		if watch {
+			go watcher.Run(watchCtx, watchEvery)
 		}
 	}
 wait:
@@ -531,9 +530,37 @@ wait:
 		}
 	}
 	stopWatch()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout))
+	return drain(time.Duration(cfg.DrainTimeout), p, adminSrv, log)
+}
+
+// serveAdmin serves the admin listener of cfg, showing p and the metrics
+// of reg, and returns its server; nil when admin.listen is empty.
+func serveAdmin(cfg config.Config, p *proxy.Proxy, reg *prometheus.Registry, log zerolog.Logger) (*admin.Server, error) {
+	if cfg.Admin.Listen == "" {
+		return nil, nil
+	}
+	srv, err := admin.NewServer(cfg.Admin, p, reg, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listening for admin: %w", err)
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			log.Error().Err(err).Msg("admin listener stopped")
+		}
+	}()
+	return srv, nil
+}
+
+// drain shuts p down, and adminSrv when there is one, waiting up to
+// timeout for the requests in flight to be answered.
+func drain(timeout time.Duration, p *proxy.Proxy, adminSrv *admin.Server, log zerolog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err = p.Shutdown(ctx)
+	err := p.Shutdown(ctx)
 	if adminSrv != nil {
 		adminSrv.Shutdown(ctx)
 	}

@@ -1,41 +1,33 @@
 package main
 
 // cqlguard top: a live view of one proxy from its admin listener. Each
-// refresh reads /hot and /metrics; the frame is drawn by renderTop, a pure
-// function of what was read, so that it is tested without a terminal.
-// Rates of counters (refusals, upstream requests) are the difference
-// between two reads of /metrics over the time between them. /metrics is
-// read in the Prometheus text format, through expfmt, and only the four
-// metrics named below are kept; OpenMetrics and protobuf are not asked for.
+// refresh reads /hot and /metrics through an admin.Client; the frame is
+// drawn by renderTop (toprender.go), a pure function of what was read, so
+// that it is tested without a terminal. Rates of counters (refusals,
+// upstream requests) are the difference between two reads of /metrics
+// over the time between them (topmetrics.go). On a terminal the view is
+// full-screen (topterm.go). Here: the command line, and the loop that
+// reads and draws.
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/term"
 
+	"github.com/cqlguard/cqlguard/admin"
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/proxy"
 )
 
 // topOptions are top's command line, resolved.
@@ -146,11 +138,10 @@ func top(args []string, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	c := &adminClient{
-		http:  &http.Client{Timeout: max(2*o.interval, 3*time.Second)},
-		base:  adminURL(o.admin),
-		token: o.token,
-		n:     o.n,
+	c := &admin.Client{
+		BaseURL: adminURL(o.admin),
+		Token:   o.token,
+		HTTP:    &http.Client{Timeout: max(2*o.interval, 3*time.Second)},
 	}
 	if o.once {
 		return topOnce(ctx, o, c, stdout)
@@ -167,14 +158,14 @@ func top(args []string, stdout io.Writer) error {
 
 // topOnce prints one frame, with rates over one interval when /metrics
 // answers, and returns the first error read.
-func topOnce(ctx context.Context, o topOptions, c *adminClient, stdout io.Writer) error {
+func topOnce(ctx context.Context, o topOptions, c *admin.Client, stdout io.Writer) error {
 	v := topView{Admin: o.admin, Interval: o.interval}
-	first := c.scrape(ctx)
+	first := scrapeAdmin(ctx, c, o.n)
 	v.update(first)
 	if first.metricsErr == nil {
 		select {
 		case <-time.After(o.interval):
-			v.update(c.scrape(ctx))
+			v.update(scrapeAdmin(ctx, c, o.n))
 		case <-ctx.Done():
 		}
 	}
@@ -190,78 +181,15 @@ func topOnce(ctx context.Context, o topOptions, c *adminClient, stdout io.Writer
 	return nil
 }
 
-// ANSI sequences for the full-screen view.
-const (
-	enterScreen = "\x1b[?1049h\x1b[?25l" // alternate screen, cursor hidden
-	leaveScreen = "\x1b[?25h\x1b[?1049l"
-	home        = "\x1b[H"
-	eraseLine   = "\x1b[K" // to the end of the line
-	eraseBelow  = "\x1b[J" // to the end of the screen
-)
-
-// topTerminal draws the view on the terminal out in raw mode, so that q
-// and Ctrl-C arrive as keys, and restores the terminal when it returns.
-func topTerminal(ctx context.Context, o topOptions, c *adminClient, out *os.File) error {
-	state, err := term.MakeRaw(int(os.Stdin.Fd()))
-	if err != nil {
-		return fmt.Errorf("terminal: %w", err)
-	}
-	defer term.Restore(int(os.Stdin.Fd()), state)
-	io.WriteString(out, enterScreen)
-	defer io.WriteString(out, leaveScreen)
-
-	keys := make(chan byte, 16)
-	go func() {
-		// Left blocked on stdin when top returns: the process ends then.
-		buf := make([]byte, 64)
-		for {
-			n, err := os.Stdin.Read(buf)
-			for _, b := range buf[:n] {
-				keys <- b
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return topLoop(ctx, o, c, keys, func(v topView) error {
-		v.Interactive = true
-		// One column short of the width: a line that fills it leaves the
-		// cursor where erasing the rest of the line would erase its end.
-		if w, h, err := term.GetSize(int(out.Fd())); err == nil {
-			v.Width, v.Height = w-1, h
-		}
-		_, err := io.WriteString(out, terminalFrame(renderTop(v)))
-		return err
-	})
-}
-
-// terminalFrame draws frame over the previous one: raw mode does not turn
-// \n into \r\n, and erasing each line's rest, rather than clearing the
-// screen first, keeps the view from flickering.
-func terminalFrame(frame string) string {
-	var b strings.Builder
-	b.WriteString(home)
-	for i, line := range strings.Split(frame, "\n") {
-		if i > 0 {
-			b.WriteString("\r\n")
-		}
-		b.WriteString(line)
-		b.WriteString(eraseLine)
-	}
-	b.WriteString(eraseBelow)
-	return b.String()
-}
-
 // topLoop reads the admin listener every o.interval and draws each
 // reading, and a resized terminal, until ctx ends or a key in keys quits.
 // One reading is under way at a time, so that a slow listener does not
 // pile them up, and keys are answered while it is.
-func topLoop(ctx context.Context, o topOptions, c *adminClient, keys <-chan byte, draw func(topView) error) error {
+func topLoop(ctx context.Context, o topOptions, c *admin.Client, keys <-chan byte, draw func(topView) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan scrape, 1)
-	read := func() { go func() { results <- c.scrape(ctx) }() }
+	read := func() { go func() { results <- scrapeAdmin(ctx, c, o.n) }() }
 	read()
 	pending := true
 	tick := time.NewTicker(o.interval)
@@ -308,504 +236,37 @@ func topLoop(ctx context.Context, o topOptions, c *adminClient, keys <-chan byte
 	}
 }
 
-// adminClient reads one proxy's admin listener.
-type adminClient struct {
-	http  *http.Client
-	base  string // http://host:port
-	token string // bearer token for /hot, if any
-	n     int    // partitions asked of /hot
-}
-
 // scrape is one reading of the admin listener. A part that could not be
 // read has its error set.
 type scrape struct {
 	at         time.Time
-	hot        []proxy.HotPartition
+	hot        []admin.HotPartition
 	hotErr     error
 	metrics    *metricsSample
 	metricsErr error
 }
 
-// errUnreachable wraps the error of a request that got no answer.
-var errUnreachable = errors.New("cannot reach the admin listener")
-
-func (c *adminClient) scrape(ctx context.Context) scrape {
+// scrapeAdmin reads the first n of /hot, and /metrics, through c.
+func scrapeAdmin(ctx context.Context, c *admin.Client, n int) scrape {
 	s := scrape{at: time.Now()}
-	s.hot, s.hotErr = c.readHot(ctx)
-	s.metrics, s.metricsErr = c.readMetrics(ctx)
+	s.hot, s.hotErr = c.Hot(ctx, n)
+	var se *admin.StatusError
+	if errors.As(s.hotErr, &se) && se.Status == http.StatusUnauthorized {
+		s.hotErr = tokenError(c.Token != "")
+	}
+	if text, err := c.Metrics(ctx); err != nil {
+		s.metricsErr = err
+	} else {
+		s.metrics, s.metricsErr = parseMetrics(bytes.NewReader(text))
+	}
 	return s
 }
 
-// maxBody bounds what is read of an answer.
-const maxBody = 16 << 20
-
-// get requests path and returns the answer's status and body.
-func (c *adminClient) get(ctx context.Context, path string, header http.Header) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return 0, nil, err
+// tokenError says what to do when /hot refused top: pass a token, or
+// check the one passed.
+func tokenError(passed bool) error {
+	if !passed {
+		return errors.New("/hot asks for a bearer token: pass -token-file FILE, or -config with admin.token_file or admin.token_env")
 	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		// The address is in the view's header; the cause is what is news.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return 0, nil, fmt.Errorf("%w: %v", errUnreachable, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s: reading the answer: %w", path, err)
-	}
-	return resp.StatusCode, body, nil
+	return errors.New("/hot refused the bearer token: check -token-file, or admin.token_file or admin.token_env of -config")
 }
-
-// statusError describes an answer other than 200 OK by its status and the
-// first line of its body, which says why.
-func statusError(path string, status int, body []byte) error {
-	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-	if len(line) > 200 {
-		line = line[:200]
-	}
-	return fmt.Errorf("%s: %d %s: %s", path, status, http.StatusText(status), printable(line))
-}
-
-func (c *adminClient) readHot(ctx context.Context) ([]proxy.HotPartition, error) {
-	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
-	path := "/hot?n=" + strconv.Itoa(c.n)
-	status, body, err := c.get(ctx, path, h)
-	switch {
-	case err != nil:
-		return nil, err
-	case status == http.StatusUnauthorized && c.token == "":
-		return nil, errors.New("/hot asks for a bearer token: pass -token-file FILE, or -config with admin.token_file or admin.token_env")
-	case status == http.StatusUnauthorized:
-		return nil, errors.New("/hot refused the bearer token: check -token-file, or admin.token_file or admin.token_env of -config")
-	case status != http.StatusOK:
-		return nil, statusError("/hot", status, body)
-	}
-	var hot []proxy.HotPartition
-	if err := json.Unmarshal(body, &hot); err != nil {
-		return nil, fmt.Errorf("/hot: %w", err)
-	}
-	return hot, nil
-}
-
-func (c *adminClient) readMetrics(ctx context.Context) (*metricsSample, error) {
-	status, body, err := c.get(ctx, "/metrics", http.Header{"Accept": {"text/plain;version=0.0.4"}})
-	switch {
-	case err != nil:
-		return nil, err
-	case status != http.StatusOK:
-		return nil, statusError("/metrics", status, body)
-	}
-	return parseMetrics(bytes.NewReader(body))
-}
-
-// metricsSample is what top shows of one reading of /metrics.
-type metricsSample struct {
-	connections, inFlight float64
-	// upstream counts requests answered upstream, when the histogram of
-	// their durations is there.
-	upstream     float64
-	haveUpstream bool
-	rejections   map[rejectionKey]float64
-}
-
-// rejectionKey is the labels of cqlguard_rate_limit_rejections_total.
-type rejectionKey struct{ keyspace, table, op, outcome string }
-
-// Metric names top reads.
-const (
-	metricConnections = "cqlguard_client_connections"
-	metricInFlight    = "cqlguard_requests_in_flight"
-	metricUpstream    = "cqlguard_upstream_request_duration_seconds"
-	metricRejections  = "cqlguard_rate_limit_rejections_total"
-)
-
-// parseMetrics reads the Prometheus text format.
-func parseMetrics(r io.Reader) (*metricsSample, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("/metrics: %w", err)
-	}
-	m := &metricsSample{rejections: map[rejectionKey]float64{}}
-	one := func(name string) *dto.Metric {
-		if f := families[name]; f != nil && len(f.GetMetric()) > 0 {
-			return f.GetMetric()[0]
-		}
-		return nil
-	}
-	m.connections = one(metricConnections).GetGauge().GetValue()
-	m.inFlight = one(metricInFlight).GetGauge().GetValue()
-	if h := one(metricUpstream).GetHistogram(); h != nil {
-		m.upstream, m.haveUpstream = float64(h.GetSampleCount()), true
-	}
-	for _, metric := range families[metricRejections].GetMetric() {
-		var k rejectionKey
-		for _, l := range metric.GetLabel() {
-			v := l.GetValue()
-			switch l.GetName() {
-			case "keyspace":
-				k.keyspace = v
-			case "table":
-				k.table = v
-			case "op":
-				k.op = v
-			case "outcome":
-				k.outcome = v
-			}
-		}
-		m.rejections[k] += metric.GetCounter().GetValue()
-	}
-	return m, nil
-}
-
-// rates are the counters' rates between two readings of /metrics.
-type rates struct {
-	upstream     float64 // requests answered upstream per second
-	haveUpstream bool
-	refusals     []refusalRate // busiest first
-}
-
-// refusalRate is one label set of cqlguard_rate_limit_rejections_total.
-type refusalRate struct {
-	rejectionKey
-	perSecond, total float64
-}
-
-// increase is how much a counter went up from prev to cur: a counter that
-// went down was reset, by a restart, and counted cur since.
-func increase(prev, cur float64) float64 {
-	if cur < prev {
-		return cur
-	}
-	return cur - prev
-}
-
-// rateBetween computes the rates from prev, read at prevAt, to cur, read
-// at curAt; nil when there is no earlier reading or no time between them.
-// A label set missing from prev had not counted yet: it counts from 0.
-func rateBetween(prev *metricsSample, prevAt time.Time, cur *metricsSample, curAt time.Time) *rates {
-	dt := curAt.Sub(prevAt).Seconds()
-	if prev == nil || cur == nil || dt <= 0 {
-		return nil
-	}
-	r := &rates{}
-	if prev.haveUpstream && cur.haveUpstream {
-		r.upstream, r.haveUpstream = increase(prev.upstream, cur.upstream)/dt, true
-	}
-	for k, v := range cur.rejections {
-		r.refusals = append(r.refusals, refusalRate{rejectionKey: k, perSecond: increase(prev.rejections[k], v) / dt, total: v})
-	}
-	slices.SortFunc(r.refusals, func(a, b refusalRate) int {
-		if a.perSecond != b.perSecond {
-			if a.perSecond > b.perSecond {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.keyspace+"."+a.table+" "+a.op+" "+a.outcome, b.keyspace+"."+b.table+" "+b.op+" "+b.outcome)
-	})
-	return r
-}
-
-// topView is what one frame shows.
-type topView struct {
-	Admin    string
-	Interval time.Duration
-	// Width and Height are the terminal's, 0 when the frame is printed
-	// as plain text, unbounded.
-	Width, Height int
-	Interactive   bool // say that q quits
-	Retrying      bool // say that a failed reading is tried again
-	Scrape        scrape
-	// Rates are nil until /metrics was read twice in a row.
-	Rates *rates
-	// The last good reading of /metrics, which the next one's rates are
-	// computed from.
-	prev   *metricsSample
-	prevAt time.Time
-}
-
-// update takes in reading s.
-func (v *topView) update(s scrape) {
-	v.Scrape = s
-	v.Rates = nil
-	if s.metrics != nil {
-		v.Rates = rateBetween(v.prev, v.prevAt, s.metrics, s.at)
-		v.prev, v.prevAt = s.metrics, s.at
-	}
-}
-
-// renderTop draws v as lines of text, without a final newline: a header,
-// the hot partitions, and refusals per table and op. With a Height, the
-// hot partitions and refusals share the rows left; with a Width, lines
-// are cut to it.
-func renderTop(v topView) string {
-	s := v.Scrape
-	var lines []string
-	head := "cqlguard top  " + v.Admin
-	if !s.at.IsZero() {
-		head += "  " + s.at.Format(time.TimeOnly)
-	}
-	head += "  every " + v.Interval.String()
-	if v.Interactive {
-		head += "  (q quits)"
-	}
-	lines = append(lines, head)
-	if m := s.metrics; m != nil {
-		up := "-"
-		if v.Rates != nil && v.Rates.haveUpstream {
-			up = formatRate(v.Rates.upstream)
-		}
-		lines = append(lines, fmt.Sprintf("connections %.0f  in flight %.0f  upstream %s req/s", m.connections, m.inFlight, up))
-	} else {
-		lines = append(lines, "connections -  in flight -  upstream - req/s")
-	}
-	// One error for both when the listener did not answer at all.
-	shared := s.metricsErr != nil && s.hotErr != nil && s.metricsErr.Error() == s.hotErr.Error()
-	if s.metricsErr != nil {
-		msg := "error: " + printable(s.metricsErr.Error())
-		if v.Retrying {
-			msg += " (retrying)"
-		}
-		lines = append(lines, msg)
-	}
-
-	hotHead, hotRows := hotTable(s.hot)
-	refHead, refRows := refusalTable(s.metrics, v.Rates)
-	nHot, nRef := len(hotRows), len(refRows)
-	if v.Height > 0 {
-		// Titles, column heads and blank lines take 6 rows below the header.
-		room := max(v.Height-len(lines)-6, 0)
-		nRef = min(nRef, max(room-nHot, min(room/3, nRef)))
-		nHot = min(nHot, room-nRef)
-	}
-
-	lines = append(lines, "")
-	switch {
-	case shared:
-		lines = append(lines, "Hot partitions: -")
-	case s.hotErr != nil:
-		lines = append(lines, "Hot partitions: "+printable(s.hotErr.Error()))
-	case s.at.IsZero():
-		lines = append(lines, "Hot partitions: reading "+v.Admin+" ...")
-	case len(hotRows) == 0:
-		lines = append(lines, "Hot partitions: none counted yet")
-	default:
-		lines = append(lines, fmt.Sprintf("Hot partitions (%s)", shown(nHot, len(hotRows))), hotHead)
-		lines = append(lines, hotRows[:nHot]...)
-	}
-
-	lines = append(lines, "")
-	switch {
-	case s.metrics == nil:
-		lines = append(lines, "Refusals: -")
-	case len(refRows) == 0:
-		lines = append(lines, "Refusals: none")
-	default:
-		lines = append(lines, fmt.Sprintf("Refusals (%s)", shown(nRef, len(refRows))), refHead)
-		lines = append(lines, refRows[:nRef]...)
-	}
-
-	if v.Height > 0 && len(lines) > v.Height {
-		lines = lines[:v.Height]
-	}
-	if v.Width > 0 {
-		for i, l := range lines {
-			lines[i] = cut(l, v.Width)
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-// shown says how many of all rows a section shows.
-func shown(n, all int) string {
-	if n == all {
-		return strconv.Itoa(all)
-	}
-	return fmt.Sprintf("%d of %d", n, all)
-}
-
-// hotTable lays out the hot partitions, with a key column only when /hot
-// shows keys.
-func hotTable(hot []proxy.HotPartition) (string, []string) {
-	keys := slices.ContainsFunc(hot, func(h proxy.HotPartition) bool { return h.Key != "" })
-	cols := []column{{title: "TABLE", max: 40}, {title: "OP"}, {title: "TOKEN", right: true}}
-	if keys {
-		cols = append(cols, column{title: "KEY", max: 24})
-	}
-	cols = append(cols, column{title: "RATE/S", right: true}, column{title: "LIMIT", right: true},
-		column{title: "OF LIMIT", right: true}, column{title: ""})
-	rows := make([][]string, 0, len(hot))
-	for _, h := range hot {
-		row := []string{printable(h.Keyspace + "." + h.Table), printable(h.Op), strconv.FormatInt(h.Token, 10)}
-		if keys {
-			k := printable(h.Key)
-			if h.KeyTruncated {
-				k += "..."
-			}
-			row = append(row, k)
-		}
-		limit, share, mark := "-", "-", ""
-		if h.Limit > 0 {
-			limit = strconv.FormatUint(uint64(h.Limit), 10)
-			share = fmt.Sprintf("%.0f%%", 100*h.Rate/float64(h.Limit))
-			switch {
-			case h.Rate-h.RateError > float64(h.Limit):
-				mark = "OVER"
-			case h.Rate > float64(h.Limit):
-				// The rate is an upper bound: the partition may be under.
-				mark = "over?"
-			}
-		}
-		rows = append(rows, append(row, formatRate(h.Rate), limit, share, mark))
-	}
-	return layout(cols, rows)
-}
-
-// refusalTable lays out the refusals per table, op and outcome, with their
-// rates when there are some.
-func refusalTable(m *metricsSample, r *rates) (string, []string) {
-	if m == nil {
-		return "", nil
-	}
-	var refusals []refusalRate
-	if r != nil {
-		refusals = r.refusals
-	} else {
-		for k, v := range m.rejections {
-			refusals = append(refusals, refusalRate{rejectionKey: k, perSecond: -1, total: v})
-		}
-		slices.SortFunc(refusals, func(a, b refusalRate) int {
-			return strings.Compare(a.keyspace+"."+a.table+" "+a.op+" "+a.outcome, b.keyspace+"."+b.table+" "+b.op+" "+b.outcome)
-		})
-	}
-	cols := []column{{title: "TABLE", max: 40}, {title: "OP"}, {title: "OUTCOME"},
-		{title: "PER S", right: true}, {title: "TOTAL", right: true}}
-	rows := make([][]string, 0, len(refusals))
-	for _, x := range refusals {
-		rate := "-"
-		if x.perSecond >= 0 {
-			rate = formatRate(x.perSecond)
-		}
-		rows = append(rows, []string{printable(x.keyspace + "." + x.table), printable(x.op), printable(x.outcome), rate, strconv.FormatFloat(x.total, 'f', -1, 64)})
-	}
-	return layout(cols, rows)
-}
-
-// formatRate shows a rate with about three significant digits.
-func formatRate(r float64) string {
-	switch {
-	case r >= 100:
-		return strconv.FormatFloat(r, 'f', 0, 64)
-	case r >= 10:
-		return strconv.FormatFloat(r, 'f', 1, 64)
-	}
-	return strconv.FormatFloat(r, 'f', 2, 64)
-}
-
-// column is a column of a table: its title, whether it is aligned right,
-// and the most runes it shows, 0 for any.
-type column struct {
-	title string
-	right bool
-	max   int
-}
-
-// layout aligns rows under the columns' titles, two spaces apart, and
-// returns the title line and the rows' lines.
-func layout(cols []column, rows [][]string) (string, []string) {
-	width := make([]int, len(cols))
-	for i, c := range cols {
-		width[i] = utf8.RuneCountInString(c.title)
-	}
-	for _, row := range rows {
-		for i := range cols {
-			if cols[i].max > 0 {
-				row[i] = cut(row[i], cols[i].max)
-			}
-			width[i] = max(width[i], utf8.RuneCountInString(row[i]))
-		}
-	}
-	line := func(cells []string) string {
-		var b strings.Builder
-		for i, c := range cols {
-			if i > 0 {
-				b.WriteString("  ")
-			}
-			if c.right {
-				fmt.Fprintf(&b, "%*s", width[i], cells[i])
-			} else {
-				fmt.Fprintf(&b, "%-*s", width[i], cells[i])
-			}
-		}
-		return strings.TrimRight(b.String(), " ")
-	}
-	titles := make([]string, len(cols))
-	for i, c := range cols {
-		titles[i] = c.title
-	}
-	out := make([]string, len(rows))
-	for i, row := range rows {
-		out[i] = line(row)
-	}
-	return line(titles), out
-}
-
-// cut shortens s to n runes, marking the cut with "~".
-func cut(s string, n int) string {
-	switch {
-	case utf8.RuneCountInString(s) <= n:
-		return s
-	case n < 1:
-		return ""
-	}
-	return string([]rune(s)[:n-1]) + "~"
-}
-
-// printable escapes what, in text from the admin listener, would drive the
-// terminal or hide or reorder the text around it: control characters
-// (C0, C1 and DEL), format characters such as the bidi controls (U+202A to
-// U+202E, U+2066 to U+2069) and zero-width spaces, line and paragraph
-// separators, surrogates, private-use and unassigned code points, and
-// bytes that are not UTF-8. Each is shown as in a Go string literal:
-// \x1b, \u202e, \U000e0001, a stray byte as \xff. Backslashes are left as
-// they are, so that escaping escaped text changes nothing.
-func printable(s string) string {
-	if !strings.ContainsFunc(s, hidden) && utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case !hidden(r):
-			b.WriteString(s[i : i+n])
-		case r < utf8.RuneSelf:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case r <= 0xffff:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			fmt.Fprintf(&b, `\U%08x`, r)
-		}
-		i += n
-	}
-	return b.String()
-}
-
-// hidden reports whether r is shown escaped: all but letters, marks,
-// numbers, punctuation, symbols and spaces.
-func hidden(r rune) bool { return !unicode.IsGraphic(r) }

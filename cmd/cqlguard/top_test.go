@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/admin"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 	"github.com/cqlguard/cqlguard/test/load"
 )
@@ -41,10 +41,10 @@ func rejections(kv map[string]float64) map[rejectionKey]float64 {
 
 func TestRenderTop(t *testing.T) {
 	t.Parallel()
-	unreachable := fmt.Errorf("%w: dial tcp 127.0.0.1:9180: connect: connection refused", errUnreachable)
+	unreachable := fmt.Errorf("%w: dial tcp 127.0.0.1:9180: connect: connection refused", admin.ErrUnreachable)
 	metrics := &metricsSample{connections: 12, inFlight: 3, upstream: 5000, haveUpstream: true,
 		rejections: rejections(map[string]float64{"shop.carts read rejected": 900, "shop.orders write dry_run": 10})}
-	hot := []proxy.HotPartition{
+	hot := []admin.HotPartition{
 		{Keyspace: "shop", Table: "carts", Op: "read", Token: -4069959284402364209, Key: `"alice"`, Rate: 1500, RateError: 0, Limit: 100},
 		{Keyspace: "shop", Table: "orders", Op: "write", Token: 42, Key: "0x00", Rate: 120, RateError: 30, Limit: 100},
 		{Keyspace: "shop", Table: "carts", Op: "write", Token: 7, Key: `"bob"`, Rate: 5.5, Limit: 0},
@@ -53,9 +53,9 @@ func TestRenderTop(t *testing.T) {
 		{rejectionKey: rejectionKey{"shop", "carts", "read", "rejected"}, perSecond: 1400, total: 900},
 		{rejectionKey: rejectionKey{"shop", "orders", "write", "dry_run"}, perSecond: 0, total: 10},
 	}}
-	many := make([]proxy.HotPartition, 10)
+	many := make([]admin.HotPartition, 10)
 	for i := range many {
-		many[i] = proxy.HotPartition{Keyspace: "ks", Table: "t", Op: "read", Token: int64(i), Rate: 50, Limit: 100}
+		many[i] = admin.HotPartition{Keyspace: "ks", Table: "t", Op: "read", Token: int64(i), Rate: 50, Limit: 100}
 	}
 	manyRej := map[string]float64{}
 	for i := range 5 {
@@ -112,7 +112,7 @@ shop.orders  write  dry_run    0.00     10`,
 		},
 		{
 			name: "nothing counted yet, no refusals",
-			v:    topView{Admin: "a:1", Interval: time.Second, Rates: &rates{}, Scrape: scrape{at: topAt, hot: []proxy.HotPartition{}, metrics: &metricsSample{}}},
+			v:    topView{Admin: "a:1", Interval: time.Second, Rates: &rates{}, Scrape: scrape{at: topAt, hot: []admin.HotPartition{}, metrics: &metricsSample{}}},
 			has:  []string{"Hot partitions: none counted yet", "Refusals: none"},
 		},
 		{
@@ -135,19 +135,19 @@ shop.orders  write  dry_run    0.00     10`,
 		{
 			name: "a narrow terminal: lines cut",
 			v: topView{Admin: "127.0.0.1:9180", Interval: time.Second, Width: 30,
-				Scrape: scrape{at: topAt, hot: []proxy.HotPartition{{Keyspace: "k", Table: strings.Repeat("t", 60), Op: "read", Key: strings.Repeat("x", 100), KeyTruncated: true}}}},
+				Scrape: scrape{at: topAt, hot: []admin.HotPartition{{Keyspace: "k", Table: strings.Repeat("t", 60), Op: "read", Key: strings.Repeat("x", 100), KeyTruncated: true}}}},
 			has: []string{"k." + strings.Repeat("t", 27) + "~"},
 		},
 		{
 			name:   "control characters from the listener are not sent to the terminal",
-			v:      topView{Admin: "a:1", Interval: time.Second, Scrape: scrape{at: topAt, hot: []proxy.HotPartition{{Keyspace: "k\x1b[2J", Table: "t\u009b", Op: "read"}}}},
+			v:      topView{Admin: "a:1", Interval: time.Second, Scrape: scrape{at: topAt, hot: []admin.HotPartition{{Keyspace: "k\x1b[2J", Table: "t\u009b", Op: "read"}}}},
 			has:    []string{`k\x1b[2J.t\u009b`},
 			hasNot: []string{"\x1b", "\u009b"},
 		},
 		{
 			name: "bidi controls from the listener are shown escaped",
 			v: topView{Admin: "a:1", Interval: time.Second, Scrape: scrape{at: topAt,
-				hot:     []proxy.HotPartition{{Keyspace: "shop", Table: "carts\u202egpj.exe", Op: "read", Token: 1, Key: "\u2066alice\u2069", Rate: 1, Limit: 1}},
+				hot:     []admin.HotPartition{{Keyspace: "shop", Table: "carts\u202egpj.exe", Op: "read", Token: 1, Key: "\u2066alice\u2069", Rate: 1, Limit: 1}},
 				metrics: &metricsSample{rejections: rejections(map[string]float64{"shop.\u202eorders read rejected": 1})}}},
 			has:    []string{`shop.carts\u202egpj.exe`, `\u2066alice\u2069`, `shop.\u202eorders`},
 			hasNot: []string{"\u202e", "\u2066", "\u2069"},
@@ -321,7 +321,7 @@ func TestTopViewUpdate(t *testing.T) {
 	if v.Rates != nil {
 		t.Fatalf("rates after one reading: %+v", v.Rates)
 	}
-	v.update(scrape{at: topAt.Add(time.Second), metricsErr: errUnreachable})
+	v.update(scrape{at: topAt.Add(time.Second), metricsErr: admin.ErrUnreachable})
 	if v.Rates != nil {
 		t.Fatalf("rates after a failed reading: %+v", v.Rates)
 	}
@@ -387,8 +387,8 @@ func TestAdminClient(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("token "+tt.token, func(t *testing.T) {
 			t.Parallel()
-			c := &adminClient{http: srv.Client(), base: srv.URL, token: tt.token, n: 5}
-			s := c.scrape(t.Context())
+			c := &admin.Client{BaseURL: srv.URL, Token: tt.token, HTTP: srv.Client()}
+			s := scrapeAdmin(t.Context(), c, 5)
 			if s.metricsErr != nil {
 				t.Fatal(s.metricsErr)
 			}
@@ -406,7 +406,7 @@ func TestAdminClient(t *testing.T) {
 			if s.hotErr != nil {
 				t.Fatal(s.hotErr)
 			}
-			want0 := proxy.HotPartition{Keyspace: "shop", Table: "carts", Op: "read", Token: -3, Key: `"alice"`, Rate: 1500.5, RateError: 2, Limit: 100}
+			want0 := admin.HotPartition{Keyspace: "shop", Table: "carts", Op: "read", Token: -3, Key: `"alice"`, Rate: 1500.5, RateError: 2, Limit: 100}
 			if len(s.hot) != tt.hot || s.hot[0] != want0 {
 				t.Errorf("hot %+v, want [%+v]", s.hot, want0)
 			}
@@ -415,9 +415,9 @@ func TestAdminClient(t *testing.T) {
 
 	t.Run("no listener", func(t *testing.T) {
 		t.Parallel()
-		c := &adminClient{http: &http.Client{Timeout: 5 * time.Second}, base: "http://" + portZeroAddr(t), n: 5}
-		s := c.scrape(t.Context())
-		if !errors.Is(s.metricsErr, errUnreachable) || !errors.Is(s.hotErr, errUnreachable) || s.metricsErr.Error() != s.hotErr.Error() {
+		c := &admin.Client{BaseURL: "http://" + portZeroAddr(t), HTTP: &http.Client{Timeout: 5 * time.Second}}
+		s := scrapeAdmin(t.Context(), c, 5)
+		if !errors.Is(s.metricsErr, admin.ErrUnreachable) || !errors.Is(s.hotErr, admin.ErrUnreachable) || s.metricsErr.Error() != s.hotErr.Error() {
 			t.Errorf("errors %v and %v, want one unreachable error", s.metricsErr, s.hotErr)
 		}
 	})

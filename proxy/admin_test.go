@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cqlguard/cqlguard/admin"
 	"github.com/cqlguard/cqlguard/config"
 )
 
@@ -62,13 +62,13 @@ func TestHotPartitions(t *testing.T) {
 	}
 
 	rec := httptest.NewRecorder()
-	p.AdminHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/hot?n=1", nil))
-	var got []HotPartition
+	adminHandler(t, p, reg).ServeHTTP(rec, httptest.NewRequest("GET", "/hot?n=1", nil))
+	var got []admin.HotPartition
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK || len(got) != 1 || got[0].Key != "7" {
 		t.Errorf("GET /hot?n=1: %d %s (%v)", rec.Code, rec.Body, err)
 	}
 	rec = httptest.NewRecorder()
-	p.AdminHandler(reg).ServeHTTP(rec, httptest.NewRequest("GET", "/hot?n=x", nil))
+	adminHandler(t, p, reg).ServeHTTP(rec, httptest.NewRequest("GET", "/hot?n=x", nil))
 	if rec.Code != http.StatusBadRequest {
 		t.Errorf("GET /hot?n=x: %d, want 400", rec.Code)
 	}
@@ -100,7 +100,7 @@ func TestHotOff(t *testing.T) {
 		t.Error("Hot() with tracking off is not nil")
 	}
 	rec := httptest.NewRecorder()
-	p.AdminHandler(prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", "/hot", nil))
+	adminHandler(t, p, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", "/hot", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("GET /hot with tracking off: %d", rec.Code)
 	}
@@ -159,7 +159,7 @@ func TestAdminSurface(t *testing.T) {
 			if tc.authorization != "" {
 				req.Header.Set("Authorization", tc.authorization)
 			}
-			p.AdminHandler(reg).ServeHTTP(rec, req)
+			adminHandler(t, p, reg).ServeHTTP(rec, req)
 			if rec.Code != tc.want {
 				t.Fatalf("%s %s: %d %s, want %d", tc.method, tc.path, rec.Code, rec.Body, tc.want)
 			}
@@ -169,7 +169,7 @@ func TestAdminSurface(t *testing.T) {
 			if tc.path != "/hot" || rec.Code != http.StatusOK {
 				return
 			}
-			var got []HotPartition
+			var got []admin.HotPartition
 			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got) != 1 {
 				t.Fatalf("/hot: %s (%v)", rec.Body, err)
 			}
@@ -183,27 +183,27 @@ func TestAdminSurface(t *testing.T) {
 	}
 }
 
-// A token that cannot be read stops the proxy from starting, naming the
-// setting.
-func TestAdminTokenErrors(t *testing.T) {
-	cases := []struct {
-		name string
-		edit func(*config.AdminConfig)
-		want string
-	}{
-		{"missing file", func(c *config.AdminConfig) { c.TokenFile = "/nonexistent/token" }, "admin.token_file"},
-		{"empty file", func(c *config.AdminConfig) { c.TokenFile = os.DevNull }, "is empty"},
-		{"unset variable", func(c *config.AdminConfig) { c.TokenEnv = "CQLGUARD_TEST_UNSET_TOKEN" }, "admin.token_env"},
-		{"both", func(c *config.AdminConfig) { c.TokenFile, c.TokenEnv = "x", "y" }, "not both"},
+// A token named both by a file and by a variable stops the proxy from
+// starting; a token that cannot be read stops the admin listener
+// (package admin).
+func TestAdminTokenTwice(t *testing.T) {
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Upstreams = []string{"127.0.0.1:1"}
+	cfg.Admin.TokenFile, cfg.Admin.TokenEnv = "x", "y"
+	_, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
+	if err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Errorf("%v, want an error with %q", err, "not both")
 	}
-	for _, tc := range cases {
-		cfg := config.Default()
-		cfg.Admin.Listen = ""
-		cfg.Upstreams = []string{"127.0.0.1:1"}
-		tc.edit(&cfg.Admin)
-		_, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{}))
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
-		}
+}
+
+// adminHandler is the admin listener's handler over p, serving the
+// metrics of g, as cqlguard wires them.
+func adminHandler(t testing.TB, p *Proxy, g prometheus.Gatherer) http.Handler {
+	t.Helper()
+	h, err := admin.NewHandler(p.cfg.Admin, p, g, p.log)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return h
 }

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bufio"
@@ -7,19 +7,22 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/config"
 )
 
-// startAdmin serves p's admin listener on a port of its own until the
-// test ends, and returns its address.
-func startAdmin(t *testing.T, edit func(*config.AdminConfig)) (*Proxy, string) {
+// startAdmin serves an admin listener on a port of its own until the test
+// ends, and returns its server and address.
+func startAdmin(t *testing.T, edit func(*config.AdminConfig)) (*Server, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,22 +31,19 @@ func startAdmin(t *testing.T, edit func(*config.AdminConfig)) (*Proxy, string) {
 	return startAdminOn(t, ln, edit), ln.Addr().String()
 }
 
-// startAdminOn serves p's admin listener on ln until the test ends.
-func startAdminOn(t *testing.T, ln net.Listener, edit func(*config.AdminConfig)) *Proxy {
+// startAdminOn serves an admin listener on ln until the test ends.
+func startAdminOn(t *testing.T, ln net.Listener, edit func(*config.AdminConfig)) *Server {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Admin.Listen = ""
-	cfg.Upstreams = []string{"127.0.0.1:1"}
+	cfg := config.Default().Admin
 	if edit != nil {
-		edit(&cfg.Admin)
+		edit(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	p, err := New(cfg, testLogger(), reg, WithSchema(staticSchema{}))
+	srv, err := NewServer(cfg, stubSource{}, reg, reg, zerolog.Nop())
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
 	}
-	srv := p.NewAdminServer(reg)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -53,9 +53,8 @@ func startAdminOn(t *testing.T, ln net.Listener, edit func(*config.AdminConfig))
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		p.Shutdown(ctx)
 	})
-	return p
+	return srv
 }
 
 // keepAlive is a raw connection to the admin listener that asks for
@@ -98,8 +97,8 @@ func (k *keepAlive) healthz() (int, error) {
 func TestAdminConnectionsBounded(t *testing.T) {
 	t.Parallel()
 	const max, dialed = 8, 40
-	p, addr := startAdmin(t, func(a *config.AdminConfig) { a.MaxConnections = max })
-	held := func() int { return int(testutil.ToFloat64(p.metrics.adminConns)) }
+	srv, addr := startAdmin(t, func(a *config.AdminConfig) { a.MaxConnections = max })
+	held := func() int { return int(testutil.ToFloat64(srv.m.open)) }
 
 	conns := make([]*keepAlive, dialed)
 	for i := range conns {
@@ -111,7 +110,7 @@ func TestAdminConnectionsBounded(t *testing.T) {
 			t.Fatalf("after %d connections the listener holds %d, over the cap of %d", i+1, n, max)
 		}
 	}
-	if n, closed := held(), testutil.ToFloat64(p.metrics.adminClosedIdle); n != max || closed != dialed-max {
+	if n, closed := held(), testutil.ToFloat64(srv.m.closedIdle); n != max || closed != dialed-max {
 		t.Errorf("%d connections held, %v closed while idle; want %d and %d", n, closed, max, dialed-max)
 	}
 	// The connections that were idle longest, mostly the first ones (a
@@ -157,7 +156,7 @@ func TestAdminConnectionsBounded(t *testing.T) {
 		}
 		waiting <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(p.metrics.adminWaits) == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(srv.m.waited) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the silent connections never filled the listener")
 		}
@@ -200,7 +199,7 @@ func TestAdminConnectionTimeouts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p, addr := startAdmin(t, tt.edit)
+			srv, addr := startAdmin(t, tt.edit)
 			// Before the dial: the server's clock may start once it accepts.
 			start := time.Now()
 			k := dialKeepAlive(t, addr)
@@ -217,7 +216,7 @@ func TestAdminConnectionTimeouts(t *testing.T) {
 			if took < timeout {
 				t.Errorf("connection closed after %v, before the timeout of %v", took, timeout)
 			}
-			for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(p.metrics.adminConns) != 0; time.Sleep(5 * time.Millisecond) {
+			for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(srv.m.open) != 0; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the closed connection is still counted")
 				}
@@ -244,4 +243,26 @@ func TestAdminServeBacksOffOnAcceptErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingListener fails its first fails accepts with err, as accept4
+// reports it, then accepts.
+type failingListener struct {
+	net.Listener
+	err   error
+	fails int
+
+	mu    sync.Mutex
+	calls int
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	l.calls++
+	n := l.calls
+	l.mu.Unlock()
+	if n <= l.fails {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", l.err)}
+	}
+	return l.Listener.Accept()
 }

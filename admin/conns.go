@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -45,13 +46,13 @@ type cappedListener struct {
 	closeOnce sync.Once
 }
 
-func newCappedListener(ln net.Listener, max int, m *Metrics) *cappedListener {
+func newCappedListener(ln net.Listener, max int, m *metrics) *cappedListener {
 	return &cappedListener{
 		Listener:   ln,
 		max:        max,
-		closedIdle: m.adminClosedIdle,
-		waited:     m.adminWaits,
-		open:       m.adminConns,
+		closedIdle: m.closedIdle,
+		waited:     m.waited,
+		open:       m.open,
 		idle:       map[*cappedConn]uint64{},
 		room:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
@@ -159,6 +160,18 @@ func (l *cappedListener) signal() {
 	case l.room <- struct{}{}:
 	default:
 	}
+}
+
+// acceptRetryable reports whether accept failed for want of a resource
+// that connections ending give back (descriptors of the process or of the
+// system, socket buffers, kernel memory) or for a timeout: the listener
+// itself is fine, and serving goes on once the failure passes. The CQL
+// listener makes the same test.
+func acceptRetryable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 // retryableError is an accept error after which accepting again can work
