@@ -7,7 +7,6 @@ package proxy
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -297,37 +296,4 @@ func (s *session) draw() float64 {
 	x ^= x << 17
 	s.rng = x
 	return float64(x>>11) * 0x1p-53
-}
-
-// serveShedTrace writes a node's last controller updates (shed.WriteTrace):
-// the signals it was given and the pressure it came to, to be replayed in
-// a test. ?node=ADDR picks the node; it may be left out when there is
-// only one.
-func (p *Proxy) serveShedTrace(w http.ResponseWriter, r *http.Request) {
-	sh := p.shedding
-	if sh == nil {
-		http.Error(w, "shedding is off", http.StatusNotFound)
-		return
-	}
-	addr := r.URL.Query().Get("node")
-	sh.mu.Lock()
-	var addrs []string
-	for a := range sh.nodes {
-		addrs = append(addrs, a)
-	}
-	if addr == "" && len(addrs) == 1 {
-		addr = addrs[0]
-	}
-	n := sh.nodes[addr]
-	sh.mu.Unlock()
-	if n == nil {
-		slices.Sort(addrs)
-		http.Error(w, fmt.Sprintf("no node %q; ?node= one of %v", addr, addrs), http.StatusBadRequest)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	fmt.Fprintf(w, "# node %s, an update every %v\n", n.addr, time.Duration(sh.cfg.UpdateEvery))
-	if err := shed.WriteTrace(w, n.ctl.Trace()); err != nil {
-		p.log.Debug().Err(err).Msg("writing /shed/trace")
-	}
 }
