@@ -20,10 +20,10 @@ const hotKeyBytes = 64
 // admin.hot_partitions is 0. Partitions of tables the schema no longer
 // holds are left out.
 func (p *Proxy) Hot() []admin.HotPartition {
-	if p.hot == nil {
+	if p.hotSketch == nil {
 		return nil
 	}
-	top := p.hot.Top(nil)
+	top := p.hotSketch.Top(nil)
 	// Labels are hashes of table names: map them back through the
 	// schema, which is as cheap as it gets off the request path.
 	tables := map[ratelimit.Label]*schema.Table{}

@@ -187,25 +187,25 @@ func (c *clientClass) matches(id *clientIdentity) bool {
 func (s *session) clientOf(cc *clientClasses) *clientClass {
 	if cc != s.classesSeen || s.identityChanged {
 		c := cc.match(&s.identity)
-		if c != s.caller {
-			if s.caller != nil {
-				s.caller.conns.Dec()
+		if c != s.clientClass {
+			if s.clientClass != nil {
+				s.clientClass.conns.Dec()
 			}
 			c.conns.Inc()
-			s.caller = c
+			s.clientClass = c
 		}
 		s.classesSeen, s.identityChanged = cc, false
 	}
-	return s.caller
+	return s.clientClass
 }
 
-// callerTag is the tag of the connection's class for /hot's sketch, 0
+// clientClassTag is the tag of the connection's class for /hot's sketch, 0
 // before it has one.
-func (s *session) callerTag() uint16 {
-	if s.caller == nil {
+func (s *session) clientClassTag() uint16 {
+	if s.clientClass == nil {
 		return 0
 	}
-	return s.caller.tag
+	return s.clientClass.tag
 }
 
 // className returns the name of the class with tag, "" if none has it now.
@@ -218,8 +218,8 @@ func (cc *clientClasses) className(tag uint16) string {
 
 // leaveClass takes the closing connection out of its class's count.
 func (s *session) leaveClass() {
-	if s.caller != nil {
-		s.caller.conns.Dec()
+	if s.clientClass != nil {
+		s.clientClass.conns.Dec()
 	}
 }
 
@@ -367,27 +367,6 @@ func (s *session) chargeBudgets(req *request, units float64, now int64) {
 			}
 		}
 	}
-}
-
-// overBudget reports whether a request of class c is to be refused at
-// now: c is in debt, and not in a dry run. It counts what it finds.
-func (c *clientClass) overBudget(now int64, dryRun bool) bool {
-	if c.budget == nil || c.budget.Allow(now) {
-		return false
-	}
-	if dryRun {
-		c.dryRefusals.Inc()
-		return false
-	}
-	c.refusals.Inc()
-	return true
-}
-
-// budgetRefusal is the answer to a request of class c refused for its
-// budget: Config_error, which no driver retries (test/drivers), naming the
-// class and the setting.
-func (s *session) budgetRefusal(h frame.Header, c *clientClass) action {
-	return s.refusal(h, frame.ErrCodeConfig, c.overBudgetMessage())
 }
 
 // overBudgetMessage is the message of a refusal for c's budget.

@@ -1,9 +1,6 @@
 package proxy
 
 import (
-	"fmt"
-
-	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
 )
@@ -19,11 +16,12 @@ type rejection struct {
 }
 
 // decide counts a classified request against the limits of each partition
-// it touches and reports whether to refuse it. A request the classifier
-// could not pin, an internal one, and one on a table without a limit for
-// its operation pass uncounted. A batch counts each of its partitions once
-// and is refused whole if any of them is over its limit. It allocates
-// nothing. now is the request's time on the proxy's clock.
+// it touches and reports whether it is over one, and which (the limit
+// stage refuses it). A request the classifier could not pin, an internal
+// one, and one on a table without a limit for its operation pass
+// uncounted. A batch counts each of its partitions once and is over if any
+// of them is over its limit. It allocates nothing. now is the request's
+// time on the proxy's clock.
 //
 // Every partition counted, limited or not, is also counted by the hot
 // partitions sketch behind /hot: each operation while the sketch has room,
@@ -42,7 +40,7 @@ func (s *session) decide(c *Classification, set *settings, now int64) (rejection
 	if !c.Pinned {
 		return rejection{}, false
 	}
-	hot := s.p.hot
+	hot := s.p.hotSketch
 	if hot == nil && !limited {
 		return rejection{}, false
 	}
@@ -55,7 +53,7 @@ func (s *session) decide(c *Classification, set *settings, now int64) (rejection
 		tl := s.tableLimits(l, p.Table, c.Op)
 		label := tl.label
 		if hot != nil && !c.observed {
-			hot.ObserveSampledAt(now, p.Token, label, p.Key, s.callerTag(), &s.hotRNG)
+			hot.ObserveSampledAt(now, p.Token, label, p.Key, s.clientClassTag(), &s.hotRNG)
 		}
 		if !limited {
 			continue
@@ -68,10 +66,7 @@ func (s *session) decide(c *Classification, set *settings, now int64) (rejection
 			refused, rejected = rejection{table: p.Table, op: c.Op}, true
 		}
 	}
-	if !rejected {
-		return rejection{}, false
-	}
-	return refused, s.p.rejected(l, refused)
+	return refused, rejected
 }
 
 // admit counts an operation on the partition at token against limit (none
@@ -89,17 +84,6 @@ func admit(lim *ratelimit.Limiter, fl *ratelimit.Fleet, now, token int64, label 
 		ok, limit = fl.Decide(now, token, label, limit)
 	}
 	return ok && lim.AllowAt(now, token, label, limit) != ratelimit.Reject
-}
-
-// rejected counts the rejection r under l and reports whether to refuse
-// the request: not in a dry run.
-func (p *Proxy) rejected(l *limits, r rejection) bool {
-	outcome := "rejected"
-	if l.dryRun {
-		outcome = "dry_run"
-	}
-	p.metrics.rejections.WithLabelValues(r.table.Keyspace, r.table.Name, r.op.String(), outcome).Inc()
-	return !l.dryRun
 }
 
 // decideHandedOn decides, as decide would have, the hot read e of the
@@ -129,8 +113,7 @@ func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection,
 	if !rejected {
 		return rejection{}, false
 	}
-	r := rejection{table: t, op: OpRead}
-	return r, s.p.rejected(l, r)
+	return rejection{table: t, op: OpRead}, true
 }
 
 // tableLimits is what decide needs of a table for one operation: its
@@ -215,12 +198,7 @@ func (s *session) decideOverflow(c *Classification, l *limits, limited bool) (re
 	if limit == 0 {
 		return rejection{}, false
 	}
-	outcome := "too_many_partitions"
-	if l.dryRun {
-		outcome = "dry_run"
-	}
-	s.p.metrics.rejections.WithLabelValues(c.Overflow.Keyspace, c.Overflow.Name, c.Op.String(), outcome).Inc()
-	return rejection{table: c.Overflow, op: c.Op, tooMany: l.maxPartitions}, !l.dryRun
+	return rejection{table: c.Overflow, op: c.Op, tooMany: l.maxPartitions}, true
 }
 
 // labelOf is the limiter label of t's reads or writes: a hash of the
@@ -240,19 +218,4 @@ func labelOf(t *schema.Table, op Op) ratelimit.Label {
 		l |= 1
 	}
 	return ratelimit.Label(l)
-}
-
-// rateLimited returns the answer to a refused request, on its own stream,
-// so that it never reaches the upstream: ScyllaDB's rate-limit error for a
-// driver that opted in, else Config_error, which drivers do not retry, in
-// ScyllaDB's words (frame.AppendRateLimited); or, for a request over
-// limits.max_partitions_per_request, Invalid naming the setting.
-func (s *session) rateLimited(h frame.Header, r rejection) []byte {
-	if r.tooMany > 0 {
-		return s.refusal(h, frame.ErrCodeInvalid,
-			fmt.Sprintf("cqlguard: the request touches more than %d partitions of %s.%s, which has a per-partition limit (limits.max_partitions_per_request); split it",
-				r.tooMany, r.table.Keyspace, r.table.Name)).answer
-	}
-	s.reqScratch = frame.AppendRateLimited(s.reqScratch[:0], h.Version, h.Stream, s.rateLimitOptIn, r.op == OpWrite, r.table.Keyspace, r.table.Name)
-	return s.reqScratch
 }

@@ -23,18 +23,22 @@ type action struct {
 }
 
 // handle decides what to do with request frame f, whose header is h,
-// arriving at now (the proxy's monotonic nanoseconds): refuse it (a
-// response bit, a stream id that cannot take a request, a STARTUP it cannot
-// read, a statement it has not seen prepared, a partition over its limit),
-// or forward it, with what its answer will need. It writes to no socket:
-// the request path does what it says. Frames it refuses are answered, not
-// dropped, so a driver's request never waits for nothing.
+// arriving at now (the proxy's monotonic nanoseconds). It answers what the
+// protocol does not allow (a response bit, a stream id that cannot take a
+// request, a STARTUP it cannot read, a statement it has not seen prepared),
+// classifies the rest, and hands it to the stages (pipeline.go), which
+// refuse it, serve it, or let it be forwarded with what its answer will
+// need. It writes to none of its own sockets: the request path does what it
+// says. (A read a hot read's stage refuses may answer reads of other
+// connections that joined it, through their writers.) Frames it refuses
+// are answered, not dropped, so a driver's request never waits for
+// nothing.
 func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	m := s.p.metrics
 	if h.Response {
 		m.protocolErrors.WithLabelValues("response_from_client").Inc()
 		s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("request frame with the response bit set")
-		return s.refusal(h, frame.ErrCodeProtocol, "frame from client has the response bit set")
+		return s.errorAnswer(h, frame.ErrCodeProtocol, "frame from client has the response bit set")
 	}
 
 	// A stream id names one request until its answer. A negative id is the
@@ -45,7 +49,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	if reason, msg := s.badStream(h.Stream); reason != "" {
 		m.protocolErrors.WithLabelValues(reason).Inc()
 		s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg(msg)
-		return s.refusal(h, frame.ErrCodeProtocol, "cqlguard: "+msg)
+		return s.errorAnswer(h, frame.ErrCodeProtocol, "cqlguard: "+msg)
 	}
 
 	// Classify: what the proxy must do with the response, and which tables,
@@ -59,13 +63,13 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		if s.started {
 			m.protocolErrors.WithLabelValues("bad_startup").Inc()
 			s.log.Info().Msg("STARTUP on a connection already started; refused")
-			return s.refusal(h, frame.ErrCodeProtocol, "cqlguard: STARTUP on a connection already started")
+			return s.errorAnswer(h, frame.ErrCodeProtocol, "cqlguard: STARTUP on a connection already started")
 		}
 		var err error
 		if f, err = s.startup(f, h); err != nil {
 			m.protocolErrors.WithLabelValues("bad_startup").Inc()
 			s.log.Info().Err(err).Msg("STARTUP refused")
-			return s.refusal(h, frame.ErrCodeProtocol, err.Error())
+			return s.errorAnswer(h, frame.ErrCodeProtocol, err.Error())
 		}
 		req.reply = replyStartup
 		s.awaitingV5.Store(h.Version >= 5)
@@ -119,74 +123,18 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		f = s.dropUsingTimeout(f, h)
 	}
 
-	// Client classes: a request of a class in debt on its budget is
-	// refused; any other is charged to its class as it is forwarded and
-	// once answered.
-	if class != nil && !class.Internal {
-		c := s.clientOf(req.set.clients)
-		c.requests.Inc()
-		dryRun := req.set.limits.dryRun
-		if c.overBudget(now, dryRun) {
-			return s.budgetRefusal(h, c)
-		}
-		if s.node != nil {
-			act, refused, price := s.shedRequest(h, c, dryRun)
-			if refused {
-				return act
-			}
-			req.price = price
-		}
-		req.client, req.size = c, int32(len(f))
-	}
-
-	// Hot reads: what a request may change is invalidated when it is
-	// answered; a hot read may be served without reaching the upstream.
-	if tables := req.set.hotReads; tables != nil {
-		req.wrote = s.writes(h, class, req.use)
-		if class != nil && class.Op == OpRead {
-			if act, ok := s.serveHot(h, class, &req, tables, now); ok {
-				return act
-			}
-		}
-	}
-
-	// Decide: a request over its partition's limit is answered here and
-	// never costs the upstream anything. Only reads that reach the
-	// upstream count: one served by a hot read costs it nothing.
 	if class != nil {
 		req.ddl = class.Op == OpNone && !class.Internal
-		if s.p.observe != nil {
-			s.p.observe(class)
-		}
-		r, reject := s.decide(class, req.set, s.p.epochUnix+now)
-		if s.nCharges > 0 {
-			req.charges, req.nCharges = s.charges, s.nCharges
-		}
-		if req.flight != nil {
-			if reject {
-				s.leading.refused.Inc()
-			} else {
-				s.leading.forwarded.Inc()
-			}
-		}
-		if reject {
-			ans := s.rateLimited(h, r)
-			if req.flight != nil {
-				// The reads that joined this one are refused with it: their
-				// partition is over its limit too.
-				s.p.hotReads.refuse(req.flight, ans)
-			}
-			return action{answer: ans}
-		}
 	}
-	if sentCharged(&req) {
-		s.chargeSent(&req, now)
-	}
-	return action{forward: f, req: req}
+	s.call = call{h: h, f: f, classified: class, req: req, now: now}
+	act := s.admit(&s.call)
+	// What the call holds (its frame, its settings) is not kept past it.
+	s.call = call{}
+	return act
 }
 
-// refusal is the action of answering h's stream with an ERROR of code.
-func (s *session) refusal(h frame.Header, code int32, msg string) action {
+// errorAnswer is the action of answering h's stream with an ERROR of code.
+func (s *session) errorAnswer(h frame.Header, code int32, msg string) action {
 	v := h.Version
 	if v < 3 || v > 5 {
 		v = 4

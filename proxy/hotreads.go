@@ -183,7 +183,7 @@ func (s *session) writes(h frame.Header, c *Classification, use bool) wrote {
 		return wrote{kind: wroteAll}
 	}
 	switch {
-	case c.Op == OpRead && !serial(s.class.consistency):
+	case c.Op == OpRead && !serial(s.classifier.consistency):
 		return wrote{}
 	case c.Op == OpNone && (c.Internal || use):
 		return wrote{}
@@ -233,7 +233,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	if !c.Pinned || len(c.Partitions) != 1 || c.LWT || c.Internal || c.Partitions[0].Table == nil ||
 		h.Opcode != frame.OpQuery && h.Opcode != frame.OpExecute ||
 		h.Flags&(frame.FlagTracing|frame.FlagCustomPayload) != 0 ||
-		serial(s.class.consistency) || s.class.body == nil || len(s.class.body) > maxHotRequest {
+		serial(s.classifier.consistency) || s.classifier.body == nil || len(s.classifier.body) > maxHotRequest {
 		return action{}, false
 	}
 	p := &c.Partitions[0]
@@ -243,9 +243,9 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	}
 	// Counted by /hot's sketch here, served or not, as decide would.
 	label := labelOf(p.Table, OpRead)
-	if s.p.hot != nil {
+	if s.p.hotSketch != nil {
 		c.observed = true
-		if s.p.hot.ObserveTaggedAt(s.p.epochUnix+now, p.Token, label, p.Key, s.callerTag()) < t.rate {
+		if s.p.hotSketch.ObserveTaggedAt(s.p.epochUnix+now, p.Token, label, p.Key, s.clientClassTag()) < t.rate {
 			return action{}, false
 		}
 	} else if t.rate > 0 {
@@ -255,8 +255,8 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	// The default timestamp that drivers put on every request times
 	// writes; Cassandra does not use it for a read (but for one at
 	// SERIAL, never served here). Left in, no two reads would be alike.
-	body := s.class.body
-	if at := s.class.timestampAt; at > 0 {
+	body := s.classifier.body
+	if at := s.classifier.timestampAt; at > 0 {
 		s.hotBody = append(s.hotBody[:0], body...)
 		clear(s.hotBody[at : at+8])
 		body = s.hotBody
@@ -265,7 +265,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	*r = hotread.Read{
 		Version: h.Version, Flags: h.Flags &^ frame.FlagCompression, Opcode: uint8(h.Opcode),
 		Compression: uint8(s.reqCompression), Options: s.options, Principal: s.principal,
-		Keyspace: s.class.keyspace, Body: body,
+		Keyspace: s.classifier.keyspace, Body: body,
 		Table: uint32(label), Token: p.Token,
 	}
 	gen := hr.gens.At(r.Table, r.Token)
@@ -344,9 +344,9 @@ func (s *session) land(req request, f []byte, h frame.Header) {
 	hr.flights.Release(req.flight)
 }
 
-// refuse answers the reads that joined fl, which its leader's limit
+// refuseFlight answers the reads that joined fl, which its leader's limit
 // refused, with the same refusal ans.
-func (hr *hotReads) refuse(fl *hotread.Flight[waiter], ans []byte) {
+func (hr *hotReads) refuseFlight(fl *hotread.Flight[waiter], ans []byte) {
 	for _, w := range hr.flights.Land(fl) {
 		w.s.deliver(w, ans, nil, true)
 	}
@@ -504,15 +504,24 @@ func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) (f []
 	s.joined.Add(-1)
 	now := s.now()
 	e.start = now
-	// Its class was admitted when it joined, for nothing: now it costs.
-	if c := e.client; c != nil && c.overBudget(now, e.set.limits.dryRun) {
-		f = frame.AppendError(nil, r.Version, stream, frame.ErrCodeConfig, c.overBudgetMessage())
-		s.streams.end(stream)
-		s.wakeRequests()
-		return f, true
+	// Its class was admitted when it joined, for nothing: now it costs,
+	// and is decided as the class and limit stages would.
+	dryRun := e.set.limits.dryRun
+	var why refusal
+	if c := e.client; c != nil && c.budget != nil && !c.budget.Allow(now) {
+		why = refusal{kind: refusedBudget, clientClass: c}
+		s.countRefusal(why, dryRun)
+		refused = !dryRun
 	}
-	if rej, refuse := s.decideHandedOn(e, r.Token, now); refuse {
-		f = frame.AppendRateLimited(nil, r.Version, stream, s.rateLimitOptIn, false, rej.table.Keyspace, rej.table.Name)
+	if !refused {
+		if rej, over := s.decideHandedOn(e, r.Token, now); over {
+			why = refusal{kind: refusedLimit, rej: rej}
+			s.countRefusal(why, dryRun)
+			refused = !dryRun
+		}
+	}
+	if refused {
+		f = s.appendRefusal(nil, r.Version, stream, why)
 		s.streams.end(stream)
 		s.wakeRequests()
 		return f, true

@@ -101,11 +101,11 @@ func newLimits(cfg config.LimitsConfig) (*limits, error) {
 func (l *limits) forOp(t *schema.Table, op Op) (limit, units uint32) {
 	ks, tl := l.levels(t)
 	if op == OpWrite {
-		return resolve(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes),
-			resolve(tl.writeUnits, 0, ks.def.writeUnits, l.global.writeUnits)
+		return firstSet(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes),
+			firstSet(tl.writeUnits, 0, ks.def.writeUnits, l.global.writeUnits)
 	}
-	return resolve(tl.reads, t.RateLimit.MaxReadsPerSecond, ks.def.reads, l.global.reads),
-		resolve(tl.readUnits, 0, ks.def.readUnits, l.global.readUnits)
+	return firstSet(tl.reads, t.RateLimit.MaxReadsPerSecond, ks.def.reads, l.global.reads),
+		firstSet(tl.readUnits, 0, ks.def.readUnits, l.global.readUnits)
 }
 
 // levels returns the keyspace's and the table's levels of t.
@@ -127,8 +127,8 @@ func (l *limits) forTable(t *schema.Table) (reads, writes uint32) {
 		return l.global.reads.perSecond, l.global.writes.perSecond
 	}
 	ks, tl := l.levels(t)
-	return resolve(tl.reads, t.RateLimit.MaxReadsPerSecond, ks.def.reads, l.global.reads),
-		resolve(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes)
+	return firstSet(tl.reads, t.RateLimit.MaxReadsPerSecond, ks.def.reads, l.global.reads),
+		firstSet(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes)
 }
 
 // forName is forTable for a table the schema does not know, by name as
@@ -141,12 +141,12 @@ func (l *limits) forName(keyspace, table []byte) (reads, writes uint32) {
 		ks = l.keyspaces[string(keyspace)]
 		tl = ks.tables[string(table)]
 	}
-	return resolve(tl.reads, 0, ks.def.reads, l.global.reads),
-		resolve(tl.writes, 0, ks.def.writes, l.global.writes)
+	return firstSet(tl.reads, 0, ks.def.reads, l.global.reads),
+		firstSet(tl.writes, 0, ks.def.writes, l.global.writes)
 }
 
-// resolve returns the first limit set, from the most specific level.
-func resolve(table level, option uint32, keyspace, global level) uint32 {
+// firstSet returns the first limit set, from the most specific level.
+func firstSet(table level, option uint32, keyspace, global level) uint32 {
 	switch {
 	case table.set:
 		return table.perSecond

@@ -61,8 +61,8 @@ type Proxy struct {
 	requestFrames, responseFrames *bound
 	// reads are the connections' read buffers, held while bytes arrive.
 	reads readBuffers
-	// hot tracks the busiest partitions for /hot; nil when turned off.
-	hot *ratelimit.TopK
+	// hotSketch tracks the busiest partitions for /hot; nil when turned off.
+	hotSketch *ratelimit.TopK
 	// hotReads serves hot reads (hotreads.go); principalSeed keys the
 	// digests of credentials it tells connections apart by.
 	hotReads      *hotReads
@@ -82,7 +82,7 @@ type Proxy struct {
 	// health is the upstreams' health as /readyz reports it (health.go).
 	health *upstreamHealth
 	// refuseTimeout bounds the answer to a connection that is refused
-	// (refuse): reading its first frame, after its TLS handshake, and
+	// (refuseConn): reading its first frame, after its TLS handshake, and
 	// writing the error. Tests shorten it.
 	refuseTimeout time.Duration
 
@@ -148,7 +148,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		opt(p)
 	}
 	if cfg.Admin.HotPartitions > 0 {
-		p.hot = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)
+		p.hotSketch = ratelimit.NewTopK(cfg.Admin.HotPartitions, hotKeyBytes, p.clock)
 	}
 	p.hotReads = newHotReads(cfg.HotReads, reg)
 	p.clientMetrics = newClientMetrics(reg)
@@ -283,7 +283,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		}
 		p.active.Add(1)
 		p.mu.Unlock()
-		go p.handle(c)
+		go p.serveConn(c)
 	}
 }
 
@@ -329,8 +329,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 }
 
-// handle serves one client connection.
-func (p *Proxy) handle(client net.Conn) {
+// serveConn serves one client connection.
+func (p *Proxy) serveConn(client net.Conn) {
 	defer p.active.Done()
 	p.metrics.clientConns.Inc()
 	p.metrics.clientConnsTot.Inc()
@@ -350,7 +350,7 @@ func (p *Proxy) handle(client net.Conn) {
 		log.Warn().Int("max_connections", p.cfg.MaxConnections).Msg("connection refused: too many client connections")
 		// The handshake, with TLS on, is part of the refusal and within
 		// its deadline.
-		p.refuse(p.serverTLS(client), fmt.Sprintf("cqlguard: too many client connections (max_connections %d)", p.cfg.MaxConnections))
+		p.refuseConn(p.serverTLS(client), fmt.Sprintf("cqlguard: too many client connections (max_connections %d)", p.cfg.MaxConnections))
 		return
 	}
 	defer p.conns.Add(-1)
@@ -366,7 +366,7 @@ func (p *Proxy) handle(client net.Conn) {
 	upstream, addr, err := p.dialUpstream()
 	if err != nil {
 		log.Error().Err(err).Msg("no upstream node reachable")
-		p.refuse(client, "cqlguard: no upstream node reachable: "+err.Error())
+		p.refuseConn(client, "cqlguard: no upstream node reachable: "+err.Error())
 		return
 	}
 	log = log.With().Str("upstream", addr).Logger()

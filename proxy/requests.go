@@ -27,7 +27,7 @@ func (s *session) serveRequests() error {
 		s.giveDecompressed()
 		if s.fromClient.Buffered() == 0 {
 			if s.heldLarge {
-				s.class.release()
+				s.classifier.release()
 				s.decomp.Release()
 				if cap(s.rewritten) > largeFrame {
 					s.rewritten = nil
@@ -95,7 +95,7 @@ func (s *session) serveRequests() error {
 		now := s.now()
 		act := s.handle(f, h, now)
 		if act.answer != nil {
-			s.reply(act.answer)
+			s.writeAnswer(act.answer)
 			continue
 		}
 		if act.joined {
@@ -291,12 +291,12 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		}
 	}
 	body = skipRequestPrefix(body, h)
-	s.class.body = nil
+	s.classifier.body = nil
 	snap := s.p.schema.Current()
 	if ks := s.keyspace.Load(); ks != nil {
-		s.class.keyspace = *ks
+		s.classifier.keyspace = *ks
 	}
-	s.class.maxPartitions = req.set.limits.maxPartitions
+	s.classifier.maxPartitions = req.set.limits.maxPartitions
 	switch h.Opcode {
 	case frame.OpQuery:
 		q, err := frame.ParseQuery(body, h.Version)
@@ -304,10 +304,10 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			s.unclassified(h, err)
 			return nil, nil
 		}
-		c := s.class.query(&q, snap)
-		req.reply, req.use = tableOf(&s.class.rec), s.class.use
-		s.class.body, s.class.consistency = body, q.Consistency
-		s.class.timestampAt = timestampAt(&q)
+		c := s.classifier.query(&q, snap)
+		req.reply, req.use = tableOf(&s.classifier.rec), s.classifier.use
+		s.classifier.body, s.classifier.consistency = body, q.Consistency
+		s.classifier.timestampAt = timestampAt(&q)
 		return c, nil
 	case frame.OpPrepare:
 		q, err := frame.QueryString(body)
@@ -315,9 +315,9 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			s.unclassified(h, err)
 			return nil, nil
 		}
-		req.prepared = s.class.prepare(q, nil, snap)
-		req.reply, req.table = replyPrepared, tableOf(&s.class.rec)
-		s.class.body = body
+		req.prepared = s.classifier.prepare(q, nil, snap)
+		req.reply, req.table = replyPrepared, tableOf(&s.classifier.rec)
+		s.classifier.body = body
 		return nil, nil
 	case frame.OpExecute:
 		q, err := frame.ParseExecute(body, h.Version)
@@ -329,11 +329,11 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 		if p == nil {
 			return nil, q.ID
 		}
-		p = s.p.prepared.resolve(q.ID, p, snap, &s.class)
+		p = s.p.prepared.resolve(q.ID, p, snap, &s.classifier)
 		req.reply, req.prepared, req.use = p.table, p, p.use
-		c := s.class.execute(&q, p, snap)
-		s.class.body, s.class.consistency = body, q.Consistency
-		s.class.timestampAt = timestampAt(&q)
+		c := s.classifier.execute(&q, p, snap)
+		s.classifier.body, s.classifier.consistency = body, q.Consistency
+		s.classifier.timestampAt = timestampAt(&q)
 		return c, nil
 	case frame.OpBatch:
 		b, err := frame.ParseBatch(body, h.Version)
@@ -341,7 +341,7 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			s.unclassified(h, err)
 			return nil, nil
 		}
-		return s.class.batch(&b, s.p.prepared, snap)
+		return s.classifier.batch(&b, s.p.prepared, snap)
 	}
 	return nil, nil
 }
@@ -404,13 +404,13 @@ func (s *session) unclassified(h frame.Header, err error) {
 // none. The frame it returns is uncompressed, which a v4 frame may be
 // whatever the connection negotiated.
 func (s *session) dropUsingTimeout(f []byte, h frame.Header) []byte {
-	n := s.class.withoutTimeout
+	n := s.classifier.withoutTimeout
 	if n == 0 || (h.Opcode != frame.OpQuery && h.Opcode != frame.OpPrepare) || h.Flags&frame.FlagCustomPayload != 0 {
 		return f
 	}
 	// QUERY and PREPARE bodies both start with the statement, a [long
 	// string]; classify kept the body, decompressed.
-	body := s.class.body
+	body := s.classifier.body
 	q, err := frame.QueryString(body)
 	if err != nil || n > len(q) {
 		return f

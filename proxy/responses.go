@@ -98,12 +98,6 @@ func (s *session) serveResponses() error {
 			}
 			if !untimed {
 				m.upstreamLatency.Observe(float64(now-req.start) / 1e9)
-				if s.node != nil && req.client != nil {
-					s.node.observe(req.client.tier, now, now-req.start)
-				}
-			}
-			if req.client != nil || req.nCharges > 0 {
-				s.charge(&req, f, h, now)
 			}
 			// Only a statement that ran can have changed the schema: an
 			// error (say, to garbage CQL sent in a loop) must not keep the
@@ -115,13 +109,10 @@ func (s *session) serveResponses() error {
 				s.learnKeyspace(f, h, comp)
 			}
 			// Before the client sees the answer: a read it sends next must
-			// not be served from before its write.
-			if req.wrote.kind != wroteNone {
-				s.p.hotReads.wrote(req.wrote)
-			}
-			if req.flight != nil {
-				s.land(req, f, h)
-			}
+			// not be served from before its write (the hot reads' stage).
+			s.answering = answer{f: f, h: h, req: req, now: now, timed: !untimed}
+			s.stagesAnswered(&s.answering)
+			s.answering = answer{}
 		}
 
 		if h.Opcode == frame.OpEvent || req.reply != replyForward {

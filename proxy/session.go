@@ -80,11 +80,16 @@ type session struct {
 	// heldLarge is set once the classifier or decomp may hold on to a
 	// request larger than largeFrame, which they must let go of before the
 	// connection idles. Request path only.
-	heldLarge   bool
-	class       classifier // request path only
-	reqScratch  []byte     // answers written by the request path
-	respScratch []byte     // answers written by the response path
-	rewritten   []byte     // requests the request path rewrote
+	heldLarge  bool
+	classifier classifier // request path only
+	// call is the request the stages decide (pipeline.go), request path
+	// only; answering the answer their answered hooks are handed,
+	// response path only.
+	call        call
+	answering   answer
+	reqScratch  []byte // answers written by the request path
+	respScratch []byte // answers written by the response path
+	rewritten   []byte // requests the request path rewrote
 	guard       *stallGuard
 	// waitingForRoom is set while the response path waits for room in
 	// max_frame_bytes_total rather than for the upstream. (While it waits
@@ -134,7 +139,7 @@ type session struct {
 	identity        clientIdentity
 	identityChanged bool
 	classesSeen     *clientClasses
-	caller          *clientClass
+	clientClass     *clientClass
 	// charges are the partitions decide found with budgets in request
 	// units, for the request being handled.
 	charges  [maxCharges]unitCharge
@@ -521,12 +526,12 @@ func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg str
 		v = 4
 	}
 	*buf = frame.AppendError((*buf)[:0], v, stream, code, msg)
-	s.reply(*buf)
+	s.writeAnswer(*buf)
 }
 
-// reply writes an answer the proxy made itself to the client, counted in
+// writeAnswer writes an answer the proxy made itself to the client, counted in
 // cqlguard_frames_total like the answers it forwards.
-func (s *session) reply(f []byte) {
+func (s *session) writeAnswer(f []byte) {
 	s.p.metrics.frame(dirResponse, frame.Opcode(f[4]), len(f))
 	if err := s.toClient.Write(f); err != nil {
 		s.log.Debug().Err(err).Msg("cannot answer client")

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/shed"
 )
 
@@ -238,50 +237,6 @@ func (sh *shedding) useTiers(now int64) bool {
 	}
 	sh.tiers = tiers
 	return true
-}
-
-// shedRequest reports whether to shed the request h of s's class c, and
-// returns the answer if so. With shedding.max_price, a request of a class
-// with a budget is not shed but priced: price is what its request units
-// are multiplied by, 0 for no change. Its draw is the session's own
-// random number, so that nothing is shared between connections.
-func (s *session) shedRequest(h frame.Header, c *clientClass, dryRun bool) (act action, refused bool, price float32) {
-	sh, n := s.p.shedding, s.node
-	tier := config.DefaultTier
-	if s.caller != nil {
-		tier = s.caller.tier
-	}
-	t := min(max(tier, 0), shed.MaxTier)
-	// Most requests find their tier's bit set: one load, no write to the
-	// word every connection shares.
-	if bit := uint32(1) << t; sh.seen.Load()&bit == 0 {
-		sh.seen.Or(bit)
-	}
-	if sh.cfg.Pricing() && c.budget != nil {
-		f := n.ctl.Fraction(tier)
-		if f == 0 {
-			return action{}, false, 0
-		}
-		if dryRun || sh.cfg.DryRun {
-			sh.dryPricedByTier[t].Inc()
-			return action{}, false, 0
-		}
-		sh.pricedByTier[t].Inc()
-		return action{}, false, float32(1 + (sh.cfg.MaxPrice-1)*f)
-	}
-	if !n.ctl.Shed(tier, s.draw()) {
-		return action{}, false, 0
-	}
-	if dryRun || sh.cfg.DryRun {
-		sh.dryByTier[t].Inc()
-		return action{}, false, 0
-	}
-	sh.shedByTier[t].Inc()
-	code := frame.ErrCodeOverloaded
-	if sh.cfg.Error == config.ShedConfigError {
-		code = frame.ErrCodeConfig
-	}
-	return s.refusal(h, code, fmt.Sprintf("cqlguard: request shed, tier %d, while the node %s is slow (shedding); retry later", tier, n.addr)), true, 0
 }
 
 // draw returns a pseudo-random number uniform in [0, 1), from the

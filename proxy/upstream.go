@@ -67,11 +67,11 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 // connected.
 const refuseTimeout = 5 * time.Second
 
-// refuse answers a client's first frame with a server error and closes the
+// refuseConn answers a client's first frame with a server error and closes the
 // connection, for when no upstream node can serve it or there are too
 // many connections. A TLS connection whose handshake is not done yet does
 // it within the same deadline.
-func (p *Proxy) refuse(c net.Conn, msg string) {
+func (p *Proxy) refuseConn(c net.Conn, msg string) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(p.refuseTimeout))
 	_, h, err := frame.NewReader(bufio.NewReader(c), int(p.cfg.MaxFrameBytes)).Next()

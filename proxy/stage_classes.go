@@ -1,0 +1,25 @@
+package proxy
+
+// classStage is the client classes' stage (clients.go): a request of a
+// class in debt on its budget is refused; any other is noted with its
+// class, which the units stage charges as it is forwarded and once
+// answered.
+type classStage struct {
+	noDecision
+	noAnswer
+}
+
+func (classStage) admit(s *session, c *call) (action, bool) {
+	if c.classified == nil || c.classified.Internal {
+		return action{}, false
+	}
+	cl := s.clientOf(c.req.set.clients)
+	cl.requests.Inc()
+	if cl.budget != nil && !cl.budget.Allow(c.now) {
+		if act, refused := s.refuse(c, refusal{kind: refusedBudget, clientClass: cl}, c.req.set.limits.dryRun); refused {
+			return act, true
+		}
+	}
+	c.req.client, c.req.size = cl, int32(len(c.f))
+	return action{}, false
+}

@@ -1,0 +1,45 @@
+package proxy
+
+// hotReadStage serves hot reads (hotreads.go): a read of a hot partition
+// of a table under hot_reads is answered from the cache, or waits for an
+// identical read in flight, or leads one whose answer the reads that join
+// it share; what any request may change is invalidated once it is
+// answered, before its client sees the answer.
+type hotReadStage struct{}
+
+func (hotReadStage) admit(s *session, c *call) (action, bool) {
+	tables := c.req.set.hotReads
+	if tables == nil {
+		return action{}, false
+	}
+	c.req.wrote = s.writes(c.h, c.classified, c.req.use)
+	if c.classified == nil || c.classified.Op != OpRead {
+		return action{}, false
+	}
+	return s.serveHot(c.h, c.classified, &c.req, tables, c.now)
+}
+
+// decided counts the read that leads a flight as forwarded, or, refused by
+// its partition's limit, refuses with it the reads that joined it: their
+// partition is over its limit too.
+func (hotReadStage) decided(s *session, c *call, act action) {
+	fl := c.req.flight
+	if fl == nil {
+		return
+	}
+	if act.answer == nil {
+		s.leading.forwarded.Inc()
+		return
+	}
+	s.leading.refused.Inc()
+	s.p.hotReads.refuseFlight(fl, act.answer)
+}
+
+func (hotReadStage) answered(s *session, a *answer) {
+	if a.req.wrote.kind != wroteNone {
+		s.p.hotReads.wrote(a.req.wrote)
+	}
+	if a.req.flight != nil {
+		s.land(a.req, a.f, a.h)
+	}
+}

@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/shed"
+)
+
+// shedStage sheds (shedding.go): while the node a connection uses is slow,
+// a request of a tier being shed is refused, or, with shedding.max_price,
+// a request of a class with a budget is priced up instead: its request
+// units are multiplied by its price. Its draw is the session's own random
+// number, so that nothing is shared between connections. Each answer the
+// node's latency can be read from feeds the node's signals.
+type shedStage struct {
+	noDecision
+}
+
+func (shedStage) admit(s *session, c *call) (action, bool) {
+	sh, n, cl := s.p.shedding, s.node, c.req.client
+	if n == nil || cl == nil {
+		return action{}, false
+	}
+	tier := config.DefaultTier
+	if s.clientClass != nil {
+		tier = s.clientClass.tier
+	}
+	t := min(max(tier, 0), shed.MaxTier)
+	// Most requests find their tier's bit set: one load, no write to the
+	// word every connection shares.
+	if bit := uint32(1) << t; sh.seen.Load()&bit == 0 {
+		sh.seen.Or(bit)
+	}
+	dryRun := c.req.set.limits.dryRun || sh.cfg.DryRun
+	if sh.cfg.Pricing() && cl.budget != nil {
+		f := n.ctl.Fraction(tier)
+		switch {
+		case f == 0:
+		case dryRun:
+			sh.dryPricedByTier[t].Inc()
+		default:
+			sh.pricedByTier[t].Inc()
+			c.req.price = float32(1 + (sh.cfg.MaxPrice-1)*f)
+		}
+		return action{}, false
+	}
+	if !n.ctl.Shed(tier, s.draw()) {
+		return action{}, false
+	}
+	return s.refuse(c, refusal{kind: refusedShed, tier: tier, node: n}, dryRun)
+}
+
+func (shedStage) answered(s *session, a *answer) {
+	if a.timed && s.node != nil && a.req.client != nil {
+		s.node.observe(a.req.client.tier, a.now, a.now-a.req.start)
+	}
+}

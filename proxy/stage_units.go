@@ -1,0 +1,22 @@
+package proxy
+
+// unitStage charges what requests cost in request units (clients.go): to
+// their class's budget and to the partitions with budgets in units, part
+// as each is forwarded and the rest once it is answered. It runs last, for
+// requests that are forwarded.
+type unitStage struct {
+	noDecision
+}
+
+func (unitStage) admit(s *session, c *call) (action, bool) {
+	if sentCharged(&c.req) {
+		s.chargeSent(&c.req, c.now)
+	}
+	return action{}, false
+}
+
+func (unitStage) answered(s *session, a *answer) {
+	if a.req.client != nil || a.req.nCharges > 0 {
+		s.charge(&a.req, a.f, a.h, a.now)
+	}
+}
