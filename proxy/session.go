@@ -15,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/frame"
-	"github.com/cqlguard/cqlguard/hotread"
 )
 
 // session is one client connection and its upstream connection.
@@ -112,19 +111,12 @@ type session struct {
 	// stalled is set when the watchdog closed the upstream connection.
 	stalled atomic.Bool
 
-	// Hot reads (hotreads.go). principal is the digest of the credentials
-	// the client gave, 0 for none; hotRead the identity of the read being
-	// handled; joinSeq numbers the reads that joined another. Request path
-	// only. joined counts this connection's reads waiting on another's.
-	principal uint64
-	// options is the digest of the STARTUP options that can change
-	// answers (optionsDigest). Request path only.
-	options uint64
-	hotRead hotread.Read
-	hotBody []byte    // hotRead's body, when it differs from the request's
-	leading *hotTable // the table of the flight the request being handled leads
-	joinSeq uint32
-	joined  atomic.Int32
+	// Each stage's own state of the connection (stage_*.go).
+	classState
+	shedState
+	hotReadState
+	limitState
+
 	// clientWaits counts the writes to the client that waited for room
 	// (clientStall): those that began in its high 32 bits, those under
 	// way in its low 32. While one is under way the connection leads and
@@ -132,29 +124,6 @@ type session struct {
 	// began may have waited on the client in the upstream's socket, and is
 	// not timed as the node's (see untimed).
 	clientWaits atomic.Uint64
-
-	// Client classes (clients.go), request path only: what is known of the
-	// client, whether it changed since its class was matched, the classes
-	// it was matched against, and its class.
-	identity        clientIdentity
-	identityChanged bool
-	classesSeen     *clientClasses
-	clientClass     *clientClass
-	// charges are the partitions decide found with budgets in request
-	// units, for the request being handled.
-	charges  [maxCharges]unitCharge
-	nCharges uint8
-	// hotRNG is the random state of the samples /hot's sketch takes
-	// (ratelimit.TopK.ObserveSampledAt).
-	hotRNG uint64
-	// lastTable is what decide last resolved for a table, which the next
-	// request nearly always touches again.
-	lastTable tableLimits
-
-	// Shedding (shedding.go): the upstream node's signals, nil when
-	// shedding is off, and the request path's random state.
-	node *nodeSignals
-	rng  uint64
 	// queuedSince is when a request of the current read from the client
 	// began to wait for max_in_flight, 0 if none did: the requests read
 	// with it have waited inside the proxy since then at least.

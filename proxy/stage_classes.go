@@ -9,6 +9,16 @@ type classStage struct {
 	noAnswer
 }
 
+// classState is the connection's part of client classes, request path
+// only: what is known of the client, whether it changed since its class
+// was matched, the classes it was matched against, and its class.
+type classState struct {
+	identity        clientIdentity
+	identityChanged bool
+	classesSeen     *clientClasses
+	clientClass     *clientClass
+}
+
 func (classStage) admit(s *session, c *call) (action, bool) {
 	if c.classified == nil || c.classified.Internal {
 		return action{}, false

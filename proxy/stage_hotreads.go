@@ -1,11 +1,34 @@
 package proxy
 
+import (
+	"sync/atomic"
+
+	"github.com/cqlguard/cqlguard/hotread"
+)
+
 // hotReadStage serves hot reads (hotreads.go): a read of a hot partition
 // of a table under hot_reads is answered from the cache, or waits for an
 // identical read in flight, or leads one whose answer the reads that join
 // it share; what any request may change is invalidated once it is
 // answered, before its client sees the answer.
 type hotReadStage struct{}
+
+// hotReadState is the connection's part of hot reads. principal is the
+// digest of the credentials the client gave, 0 for none; hotRead the
+// identity of the read being handled; joinSeq numbers the reads that
+// joined another. Request path only. joined counts this connection's reads
+// waiting on another's.
+type hotReadState struct {
+	principal uint64
+	// options is the digest of the STARTUP options that can change
+	// answers (optionsDigest). Request path only.
+	options uint64
+	hotRead hotread.Read
+	hotBody []byte    // hotRead's body, when it differs from the request's
+	leading *hotTable // the table of the flight the request being handled leads
+	joinSeq uint32
+	joined  atomic.Int32
+}
 
 func (hotReadStage) admit(s *session, c *call) (action, bool) {
 	tables := c.req.set.hotReads

@@ -9,6 +9,20 @@ type limitStage struct {
 	noAnswer
 }
 
+// limitState is the connection's part of the limits, request path only.
+type limitState struct {
+	// charges are the partitions decide found with budgets in request
+	// units, for the request being handled.
+	charges  [maxCharges]unitCharge
+	nCharges uint8
+	// hotRNG is the random state of the samples /hot's sketch takes
+	// (ratelimit.TopK.ObserveSampledAt).
+	hotRNG uint64
+	// lastTable is what decide last resolved for a table, which the next
+	// request nearly always touches again.
+	lastTable tableLimits
+}
+
 func (limitStage) admit(s *session, c *call) (action, bool) {
 	if c.classified == nil {
 		return action{}, false

@@ -15,6 +15,13 @@ type shedStage struct {
 	noDecision
 }
 
+// shedState is the connection's part of shedding: the upstream node's
+// signals, nil when shedding is off, and the request path's random state.
+type shedState struct {
+	node *nodeSignals
+	rng  uint64
+}
+
 func (shedStage) admit(s *session, c *call) (action, bool) {
 	sh, n, cl := s.p.shedding, s.node, c.req.client
 	if n == nil || cl == nil {
