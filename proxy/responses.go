@@ -12,7 +12,6 @@ import (
 // serveResponses is the response path: it forwards each frame from the
 // upstream to the client, rewriting what reveals the upstream's topology.
 func (s *session) serveResponses() error {
-	m := s.p.metrics
 	defer func() {
 		// A request path waiting for an answer must not wait forever, nor
 		// one that forwards another awaited request from what it has read
@@ -21,13 +20,7 @@ func (s *session) serveResponses() error {
 		s.awaitingV5.Store(false)
 		close(s.answered)
 	}()
-	// An answer is timed as the node's latency only if it cannot have
-	// waited for the client: untimed is set once a write to the client
-	// waited (waits is what was seen of them), and cleared once the
-	// response path has found the upstream's socket empty, with no such
-	// write waiting; what it reads next arrived after.
-	var waits uint64
-	untimed := false
+	var t answerTiming
 	for {
 		if s.fromUpstream.Buffered() == 0 {
 			s.fromUpstream.Release()
@@ -39,9 +32,7 @@ func (s *session) serveResponses() error {
 			}
 			s.upstreamIn.park()
 			if s.upstreamIn.wait() {
-				if w := s.clientWaits.Load(); uint32(w) == 0 {
-					waits, untimed = w, false
-				}
+				t.caughtUp(s.clientWaits.Load())
 			}
 		}
 		f, h, err := s.fromUpstream.Next()
@@ -50,109 +41,163 @@ func (s *session) serveResponses() error {
 			if !errors.As(err, &tooLarge) {
 				return err
 			}
-			// The client still gets an answer on its stream.
-			m.protocolErrors.WithLabelValues("response_too_large").Inc()
-			s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
-			s.mu.Lock()
-			s.activity++
-			req, ended := s.streams.end(h.Stream)
-			s.wakeRequests()
-			s.mu.Unlock()
-			if ended {
-				s.p.inflight.give(1)
-				s.ended(req)
-			}
-			s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
-			if _, awaited := s.verdictOf(&req, ended, h); awaited {
-				s.settle(refused)
-			}
+			s.answerTooLarge(h, err)
 			continue
 		}
-		m.frame(dirResponse, h.Opcode, len(f))
-
-		verdict, awaited := refused, false
-		s.mu.Lock()
-		s.activity++
-		req, ok := s.streams.end(h.Stream)
-		idle := s.draining && s.streams.inflight == 0
-		comp := s.compression
-		if s.awaiting.Load() {
-			verdict, awaited = s.verdictOf(&req, ok, h)
-			if awaited && verdict == accepted && req.reply == replyStartup {
-				// What the upstream sends after READY or AUTHENTICATE is
-				// compressed as the STARTUP asked.
-				s.compression = s.pending.comp
-				s.markLWT = s.pending.lwtMark && !s.upstreamLWTMark
-			}
-		}
-		s.wakeRequests()
-		s.mu.Unlock()
-		if ok {
-			s.p.inflight.give(1)
-			now := s.now()
-			// The node's latency, for the histogram and for shedding, is
-			// not what a client that does not read makes it look.
-			if w := s.clientWaits.Load(); w != waits {
-				// One began, or is under way (waits was taken with none).
-				waits, untimed = w, true
-			}
-			if !untimed {
-				m.upstreamLatency.Observe(float64(now-req.start) / 1e9)
-			}
-			// Only a statement that ran can have changed the schema: an
-			// error (say, to garbage CQL sent in a loop) must not keep the
-			// schema loader reloading.
-			if req.ddl && h.Opcode == frame.OpResult {
-				s.p.schema.Refresh()
-			}
-			if req.use && h.Opcode == frame.OpResult {
-				s.learnKeyspace(f, h, comp)
-			}
-			// Before the client sees the answer: a read it sends next must
-			// not be served from before its write (the hot reads' stage).
-			s.answering = answer{f: f, h: h, req: req, now: now, timed: !untimed}
-			s.stagesAnswered(&s.answering)
-			s.answering = answer{}
-		}
-
-		if h.Opcode == frame.OpEvent || req.reply != replyForward {
-			var keep bool
-			if f, keep, err = s.rewriteResponse(f, h, req, comp); err != nil {
-				m.protocolErrors.WithLabelValues("bad_response").Inc()
-				s.log.Warn().Err(err).Str("opcode", h.Opcode.String()).Msg("cannot rewrite response")
-				if h.Stream < 0 {
-					continue
-				}
-				s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
-				if awaited {
-					s.settle(refused)
-				}
-				continue
-			}
-			if !keep {
-				m.filteredEvents.Inc()
-				continue
-			}
-		}
-		if err := s.toClient.Write(f); err != nil {
-			return fmt.Errorf("%w: %w", errClientGone, err)
-		}
-
-		if awaited {
-			if verdict == accepted && req.reply == replyStartup && s.awaitingV5.Load() {
-				// READY and AUTHENTICATE are the last plain frames; what
-				// follows, both ways, travels in segments.
-				lz4 := s.pending.comp == frame.CompressionLZ4
-				s.toClient.UseSegments(lz4)
-				s.toUpstream.UseSegments(lz4)
-				s.fromUpstream.UseSegments(lz4)
-			}
-			s.settle(verdict)
-		}
-		if idle {
-			return nil
+		s.p.metrics.frame(dirResponse, h.Opcode, len(f))
+		if idle, err := s.serveResponse(f, h, &t); idle || err != nil {
+			return err
 		}
 	}
+}
+
+// answerTiming tells the response path whether an answer's time is the
+// node's latency: it cannot be if the answer may have waited for the
+// client. untimed is set once a write to the client waited (waits is what
+// was seen of them, session.clientWaits), and cleared once the response
+// path has found the upstream's socket empty, with no such write waiting:
+// what it reads next arrived after.
+type answerTiming struct {
+	waits   uint64
+	untimed bool
+}
+
+// caughtUp notes that the upstream's socket was found empty, with w
+// writes to the client seen.
+func (t *answerTiming) caughtUp(w uint64) {
+	if uint32(w) == 0 {
+		t.waits, t.untimed = w, false
+	}
+}
+
+// timed reports whether an answer read now, with w writes to the client
+// seen, is timed as the node's.
+func (t *answerTiming) timed(w uint64) bool {
+	if w != t.waits {
+		// One began, or is under way (waits was taken with none).
+		t.waits, t.untimed = w, true
+	}
+	return !t.untimed
+}
+
+// answerTooLarge answers the stream of a response frame too large to read,
+// h its header, with a server error, and ends its request.
+func (s *session) answerTooLarge(h frame.Header, err error) {
+	s.p.metrics.protocolErrors.WithLabelValues("response_too_large").Inc()
+	s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
+	s.mu.Lock()
+	s.activity++
+	req, ended := s.streams.end(h.Stream)
+	s.wakeRequests()
+	s.mu.Unlock()
+	if ended {
+		s.p.inflight.give(1)
+		s.ended(req)
+	}
+	s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+	if _, awaited := s.verdictOf(&req, ended, h); awaited {
+		s.settle(refused)
+	}
+}
+
+// serveResponse hands the upstream's frame f, whose header is h, to the
+// client: it ends the request it answers, runs what the answer does (the
+// stages' answered hooks, a schema reload, the connection's keyspace),
+// rewrites what the proxy must, and settles a request the request path
+// waits on. It reports whether the session, draining, has nothing left in
+// flight.
+func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle bool, err error) {
+	verdict, awaited := refused, false
+	s.mu.Lock()
+	s.activity++
+	req, ok := s.streams.end(h.Stream)
+	idle = s.draining && s.streams.inflight == 0
+	comp := s.compression
+	if s.awaiting.Load() {
+		verdict, awaited = s.verdictOf(&req, ok, h)
+		if awaited && verdict == accepted && req.reply == replyStartup {
+			// What the upstream sends after READY or AUTHENTICATE is
+			// compressed as the STARTUP asked.
+			s.compression = s.pending.comp
+			s.markLWT = s.pending.lwtMark && !s.upstreamLWTMark
+		}
+	}
+	s.wakeRequests()
+	s.mu.Unlock()
+	if ok {
+		s.p.inflight.give(1)
+		s.answeredRequest(f, h, req, comp, t.timed(s.clientWaits.Load()))
+	}
+	if h.Opcode == frame.OpEvent || req.reply != replyForward {
+		var keep bool
+		if f, keep = s.rewriteForClient(f, h, req, comp, awaited); !keep {
+			return false, nil
+		}
+	}
+	if err := s.toClient.Write(f); err != nil {
+		return idle, fmt.Errorf("%w: %w", errClientGone, err)
+	}
+	if awaited {
+		if verdict == accepted && req.reply == replyStartup && s.awaitingV5.Load() {
+			// READY and AUTHENTICATE are the last plain frames; what
+			// follows, both ways, travels in segments.
+			lz4 := s.pending.comp == frame.CompressionLZ4
+			s.toClient.UseSegments(lz4)
+			s.toUpstream.UseSegments(lz4)
+			s.fromUpstream.UseSegments(lz4)
+		}
+		s.settle(verdict)
+	}
+	return idle, nil
+}
+
+// answeredRequest does what the answer f (h) to req does before the
+// client sees it; timed says whether its time is the node's latency.
+func (s *session) answeredRequest(f []byte, h frame.Header, req request, comp frame.Compression, timed bool) {
+	now := s.now()
+	// The node's latency, for the histogram and for shedding, is not what
+	// a client that does not read makes it look.
+	if timed {
+		s.p.metrics.upstreamLatency.Observe(float64(now-req.start) / 1e9)
+	}
+	// Only a statement that ran can have changed the schema: an error
+	// (say, to garbage CQL sent in a loop) must not keep the schema loader
+	// reloading.
+	if req.ddl && h.Opcode == frame.OpResult {
+		s.p.schema.Refresh()
+	}
+	if req.use && h.Opcode == frame.OpResult {
+		s.learnKeyspace(f, h, comp)
+	}
+	// Before the client sees the answer: a read it sends next must not be
+	// served from before its write (the hot reads' stage).
+	s.answering = answer{f: f, h: h, req: req, now: now, timed: timed}
+	s.stagesAnswered(&s.answering)
+	s.answering = answer{}
+}
+
+// rewriteForClient rewrites f (h), the answer to req or an event, as its
+// classification asked, and reports whether the client is to get it: an
+// event the client did not register for is dropped, and an answer that
+// cannot be rewritten is answered with a server error instead.
+func (s *session) rewriteForClient(f []byte, h frame.Header, req request, comp frame.Compression, awaited bool) ([]byte, bool) {
+	f, keep, err := s.rewriteResponse(f, h, req, comp)
+	if err != nil {
+		s.p.metrics.protocolErrors.WithLabelValues("bad_response").Inc()
+		s.log.Warn().Err(err).Str("opcode", h.Opcode.String()).Msg("cannot rewrite response")
+		if h.Stream < 0 {
+			return nil, false
+		}
+		s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
+		if awaited {
+			s.settle(refused)
+		}
+		return nil, false
+	}
+	if !keep {
+		s.p.metrics.filteredEvents.Inc()
+	}
+	return f, keep
 }
 
 // rewriteResponse applies what classification asked of a response.
