@@ -123,9 +123,6 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		f = s.dropUsingTimeout(f, h)
 	}
 
-	if class != nil {
-		req.ddl = class.Op == OpNone && !class.Internal
-	}
 	s.call = call{h: h, f: f, classified: class, req: req, now: now}
 	act := s.admit(&s.call)
 	// What the call holds (its frame, its settings) is not kept past it.

@@ -37,6 +37,7 @@ var stages = [...]stage{
 	hotReadStage{}, // stage_hotreads.go: hot reads served and invalidated
 	limitStage{},   // stage_limits.go: per-partition limits and units
 	unitStage{},    // stage_units.go: what requests are charged
+	schemaStage{},  // stage_schema.go: the schema reloaded after DDL
 }
 
 // call is a request frame as the stages see it. The request path keeps

@@ -102,7 +102,7 @@ func (s *session) answerTooLarge(h frame.Header, err error) {
 
 // serveResponse hands the upstream's frame f, whose header is h, to the
 // client: it ends the request it answers, runs what the answer does (the
-// stages' answered hooks, a schema reload, the connection's keyspace),
+// stages' answered hooks, the connection's keyspace),
 // rewrites what the proxy must, and settles a request the request path
 // waits on. It reports whether the session, draining, has nothing left in
 // flight.
@@ -152,19 +152,14 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 }
 
 // answeredRequest does what the answer f (h) to req does before the
-// client sees it; timed says whether its time is the node's latency.
+// client sees it (the stages' answered hooks, the connection's keyspace);
+// timed says whether its time is the node's latency.
 func (s *session) answeredRequest(f []byte, h frame.Header, req request, comp frame.Compression, timed bool) {
 	now := s.now()
 	// The node's latency, for the histogram and for shedding, is not what
 	// a client that does not read makes it look.
 	if timed {
 		s.p.metrics.upstreamLatency.Observe(float64(now-req.start) / 1e9)
-	}
-	// Only a statement that ran can have changed the schema: an error
-	// (say, to garbage CQL sent in a loop) must not keep the schema loader
-	// reloading.
-	if req.ddl && h.Opcode == frame.OpResult {
-		s.p.schema.Refresh()
 	}
 	if req.use && h.Opcode == frame.OpResult {
 		s.learnKeyspace(f, h, comp)

@@ -1,0 +1,25 @@
+package proxy
+
+import "github.com/cqlguard/cqlguard/frame"
+
+// schemaStage reloads the schema (schema.go's SchemaSource) once a
+// statement that may change it has run: the partition keys the classifier
+// reads come from it. Only a statement that ran can have changed it: an
+// error (say, to garbage CQL sent in a loop) must not keep the schema
+// loader reloading.
+type schemaStage struct {
+	noDecision
+}
+
+func (schemaStage) admit(s *session, c *call) (action, bool) {
+	if cl := c.classified; cl != nil {
+		c.req.ddl = cl.Op == OpNone && !cl.Internal
+	}
+	return action{}, false
+}
+
+func (schemaStage) answered(s *session, a *answer) {
+	if a.req.ddl && a.h.Opcode == frame.OpResult {
+		s.p.schema.Refresh()
+	}
+}
