@@ -416,6 +416,25 @@ func (c *Config) Validate() error {
 		return errors.New("no configuration")
 	}
 	var ps problems
+	c.validateAddresses(&ps)
+	c.validateFrameSizes(&ps)
+	c.validateAdmin(&ps)
+	c.TLS.validate(&ps)
+	c.UpstreamTLS.validate(&ps)
+	c.validateBounds(&ps)
+	c.validateSchemaAndLog(&ps)
+	c.Coordination.validate(&ps)
+	c.Limits.validate(&ps)
+	c.HotReads.validate(&ps, c.Admin.HotPartitions)
+	c.Clients.validate(&ps)
+	c.RequestUnits.validate(&ps)
+	c.Shedding.validate(&ps)
+	return ps.err()
+}
+
+// validateAddresses checks listen, advertise, mode with its upstreams and
+// peers, as the proxy will listen on and dial them.
+func (c *Config) validateAddresses(ps *problems) {
 	if err := checkAddr(c.Listen, toListen); err != nil {
 		ps.add(err, "listen")
 	}
@@ -461,38 +480,22 @@ func (c *Config) Validate() error {
 			ps.add(err, "upstreams")
 		}
 	}
+}
+
+// validateFrameSizes checks the largest frame and buffer a connection
+// may hold.
+func (c *Config) validateFrameSizes(ps *problems) {
 	if c.MaxFrameBytes < 1<<10 || c.MaxFrameBytes > 256<<20 {
 		ps.add(fmt.Errorf("%d bytes is outside 1 KiB to 256 MiB", c.MaxFrameBytes), "max_frame_bytes")
 	}
 	if c.MaxBufferedBytes < 64<<10 || c.MaxBufferedBytes > 1<<30 {
 		ps.add(fmt.Errorf("%d bytes is outside 64 KiB to 1 GiB", c.MaxBufferedBytes), "max_buffered_bytes")
 	}
-	if c.Admin.Listen != "" {
-		if err := checkAddr(c.Admin.Listen, toListen); err != nil {
-			ps.add(err, "admin", "listen")
-		} else if sameListener(c.Listen, c.Admin.Listen) {
-			ps.add(fmt.Errorf("%q takes the port listen %q takes", c.Admin.Listen, c.Listen), "admin", "listen")
-		}
-	}
-	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
-		ps.add(errors.New("set token_file or token_env, not both"), "admin")
-	}
-	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
-		ps.add(fmt.Errorf("%d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions), "admin", "hot_partitions")
-	}
-	if c.Admin.MaxConnections < 1 {
-		ps.add(fmt.Errorf("%d must be at least 1", c.Admin.MaxConnections), "admin", "max_connections")
-	}
-	for _, d := range []struct {
-		key string
-		v   Duration
-	}{{"read_timeout", c.Admin.ReadTimeout}, {"write_timeout", c.Admin.WriteTimeout}, {"idle_timeout", c.Admin.IdleTimeout}} {
-		if d.v <= 0 {
-			ps.add(fmt.Errorf("%s must be positive", time.Duration(d.v)), "admin", d.key)
-		}
-	}
-	c.TLS.validate(&ps)
-	c.UpstreamTLS.validate(&ps)
+}
+
+// validateBounds checks the counts and timeouts that bound what
+// connections may hold.
+func (c *Config) validateBounds(ps *problems) {
 	if c.MaxInFlightPerConnection < 0 {
 		ps.add(fmt.Errorf("%d must not be negative", c.MaxInFlightPerConnection), "max_in_flight_per_connection")
 	}
@@ -526,6 +529,38 @@ func (c *Config) Validate() error {
 	if c.DrainTimeout < 0 {
 		ps.add(fmt.Errorf("%s must not be negative", time.Duration(c.DrainTimeout)), "drain_timeout")
 	}
+}
+
+// validateAdmin checks the admin listener's section.
+func (c *Config) validateAdmin(ps *problems) {
+	if c.Admin.Listen != "" {
+		if err := checkAddr(c.Admin.Listen, toListen); err != nil {
+			ps.add(err, "admin", "listen")
+		} else if sameListener(c.Listen, c.Admin.Listen) {
+			ps.add(fmt.Errorf("%q takes the port listen %q takes", c.Admin.Listen, c.Listen), "admin", "listen")
+		}
+	}
+	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
+		ps.add(errors.New("set token_file or token_env, not both"), "admin")
+	}
+	if c.Admin.HotPartitions < 0 || c.Admin.HotPartitions > maxHotPartitions {
+		ps.add(fmt.Errorf("%d must be between 0 and %d", c.Admin.HotPartitions, maxHotPartitions), "admin", "hot_partitions")
+	}
+	if c.Admin.MaxConnections < 1 {
+		ps.add(fmt.Errorf("%d must be at least 1", c.Admin.MaxConnections), "admin", "max_connections")
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"read_timeout", c.Admin.ReadTimeout}, {"write_timeout", c.Admin.WriteTimeout}, {"idle_timeout", c.Admin.IdleTimeout}} {
+		if d.v <= 0 {
+			ps.add(fmt.Errorf("%s must be positive", time.Duration(d.v)), "admin", d.key)
+		}
+	}
+}
+
+// validateSchemaAndLog checks the schema and log sections.
+func (c *Config) validateSchemaAndLog(ps *problems) {
 	if c.Schema.PasswordFile != "" && c.Schema.PasswordEnv != "" {
 		ps.add(errors.New("password_file and password_env are exclusive"), "schema")
 	}
@@ -542,13 +577,6 @@ func (c *Config) Validate() error {
 	default:
 		ps.add(fmt.Errorf("%q is neither json nor console", c.Log.Format), "log", "format")
 	}
-	c.Coordination.validate(&ps)
-	c.Limits.validate(&ps)
-	c.HotReads.validate(&ps, c.Admin.HotPartitions)
-	c.Clients.validate(&ps)
-	c.RequestUnits.validate(&ps)
-	c.Shedding.validate(&ps)
-	return ps.err()
 }
 
 // problems collects what Validate finds, so that an operator sees every
