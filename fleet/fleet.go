@@ -349,34 +349,10 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	// the time they cover, from the oldest a window may still read.
 	spread := r.spread(from, now, first-1)
 	pipe := r.cfg.Client.Pipeline()
-	members := r.cfg.KeyPrefix + "proxies"
-	ms := now.UnixMilli()
-	joined := pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
-	pipe.ZRemRangeByScore(ctx, members, "-inf", strconv.FormatInt(ms-proxiesWindow.Milliseconds(), 10))
-	// A proxy's score is when it reported: one from the future is none a
-	// proxy wrote, and would stay in the set.
-	count := pipe.ZCount(ctx, members, "-inf", strconv.FormatInt(ms+proxiesWindow.Milliseconds(), 10))
-	oldest := pipe.ZRangeWithScores(ctx, members, 0, 0)
-	pipe.PExpire(ctx, members, 2*proxiesWindow)
+	hb := r.queueHeartbeat(ctx, pipe, now)
 	r.incr, r.counts = r.incr[:0], r.counts[:0]
 	for i, e := range r.entries {
-		// Rounded from the counts to the end of each part, so that the
-		// parts add up to the counts, less what went before oldest.
-		done, before := 0.0, int64(0)
-		for _, part := range spread {
-			done += part.weight
-			upto := int64(math.Round(float64(e.Hits) * min(done, 1)))
-			n := upto - before
-			before = upto
-			if n == 0 {
-				continue
-			}
-			k := r.key(e, part.bucket)
-			r.incr = append(r.incr, added{pipe.IncrBy(ctx, k, n), n, i, part.bucket})
-			// Kept for as long as a window, held back as far as it may
-			// be, can read it, and a few intervals more.
-			pipe.PExpire(ctx, k, time.Duration(r.window+r.lag()+3)*r.cfg.Interval)
-		}
+		r.addCounts(ctx, pipe, i, e, spread)
 		args := r.keyArgs[:0]
 		for b := first; b <= last; b++ {
 			args = append(args, r.key(e, b))
@@ -387,18 +363,7 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("reporting %d partitions: %w", len(r.entries), err)
 	}
-	if z := oldest.Val(); len(z) == 1 && z[0].Score > 0 && z[0].Score <= float64(ms) {
-		r.oldest = int64(z[0].Score)
-	}
-	if n, err := count.Result(); err == nil && n > 0 {
-		r.proxies = int(n)
-		r.m.proxies.Set(float64(n))
-		s := &r.seen[now.Unix()%int64(len(r.seen))]
-		if s.sec != now.Unix() {
-			s.sec, s.n = now.Unix(), 0
-		}
-		s.n = max(s.n, int(n))
-	}
+	r.proxiesSeen(hb, now)
 	// This proxy's counts are missing from Redis when it dropped some, or
 	// when Redis no longer knew it though it reported within the window
 	// that keeps it: a Redis that lost its data, restarted empty say. The
@@ -406,7 +371,7 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 	// known rate, so that the shares go on from it rather than from an
 	// empty history.
 	since := r.since
-	if r.lost || (joined.Val() == 1 && !r.lastOK.IsZero() && now.Sub(r.lastOK) < proxiesWindow) {
+	if r.lost || (hb.joined.Val() == 1 && !r.lastOK.IsZero() && now.Sub(r.lastOK) < proxiesWindow) {
 		// Other proxies' counts of the buckets until now may be missing
 		// too, until they have reported again.
 		since = r.bucket(now) - 1
@@ -425,6 +390,70 @@ func (r *Reporter) report(ctx context.Context, from, now time.Time) error {
 		r.fleet.Set(e, share(float64(e.Limit), r.rates[i]), until)
 	}
 	return nil
+}
+
+// heartbeat is what a report asks of the set of proxies: whether this
+// proxy joined it (ZADD added it: Redis no longer knew it), how many
+// reported within proxiesWindow, and which reported least recently.
+type heartbeat struct {
+	joined *redis.IntCmd
+	count  *redis.IntCmd
+	oldest *redis.ZSliceCmd
+	ms     int64
+}
+
+// queueHeartbeat queues on pipe this proxy's report in the set of proxies, at
+// now, and the questions of heartbeat.
+func (r *Reporter) queueHeartbeat(ctx context.Context, pipe redis.Pipeliner, now time.Time) heartbeat {
+	members := r.cfg.KeyPrefix + "proxies"
+	ms := now.UnixMilli()
+	hb := heartbeat{ms: ms}
+	hb.joined = pipe.ZAdd(ctx, members, redis.Z{Score: float64(ms), Member: r.id})
+	pipe.ZRemRangeByScore(ctx, members, "-inf", strconv.FormatInt(ms-proxiesWindow.Milliseconds(), 10))
+	// A proxy's score is when it reported: one from the future is none a
+	// proxy wrote, and would stay in the set.
+	hb.count = pipe.ZCount(ctx, members, "-inf", strconv.FormatInt(ms+proxiesWindow.Milliseconds(), 10))
+	hb.oldest = pipe.ZRangeWithScores(ctx, members, 0, 0)
+	pipe.PExpire(ctx, members, 2*proxiesWindow)
+	return hb
+}
+
+// proxiesSeen takes in what the heartbeat hb found, at now.
+func (r *Reporter) proxiesSeen(hb heartbeat, now time.Time) {
+	if z := hb.oldest.Val(); len(z) == 1 && z[0].Score > 0 && z[0].Score <= float64(hb.ms) {
+		r.oldest = int64(z[0].Score)
+	}
+	if n, err := hb.count.Result(); err == nil && n > 0 {
+		r.proxies = int(n)
+		r.m.proxies.Set(float64(n))
+		s := &r.seen[now.Unix()%int64(len(r.seen))]
+		if s.sec != now.Unix() {
+			s.sec, s.n = now.Unix(), 0
+		}
+		s.n = max(s.n, int(n))
+	}
+}
+
+// addCounts queues on pipe the counts of e, the i-th entry reported, into
+// the buckets of spread.
+func (r *Reporter) addCounts(ctx context.Context, pipe redis.Pipeliner, i int, e ratelimit.FleetEntry, spread []part) {
+	// Rounded from the counts to the end of each part, so that the parts
+	// add up to the counts, less what went before oldest.
+	done, before := 0.0, int64(0)
+	for _, part := range spread {
+		done += part.weight
+		upto := int64(math.Round(float64(e.Hits) * min(done, 1)))
+		n := upto - before
+		before = upto
+		if n == 0 {
+			continue
+		}
+		k := r.key(e, part.bucket)
+		r.incr = append(r.incr, added{pipe.IncrBy(ctx, k, n), n, i, part.bucket})
+		// Kept for as long as a window, held back as far as it may be, can
+		// read it, and a few intervals more.
+		pipe.PExpire(ctx, k, time.Duration(r.window+r.lag()+3)*r.cfg.Interval)
+	}
 }
 
 // rate sets rates to the fleet's rate of each partition reported, from its
