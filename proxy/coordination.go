@@ -97,7 +97,7 @@ func (p *Proxy) applyCoordination(cfg config.CoordinationConfig) error {
 		return nil
 	}
 	p.log.Info().Strs("addresses", cfg.Addresses).Bool("cluster", cfg.Cluster).
-		Dur("sync_interval", time.Duration(cfg.SyncInterval)).Str("fallback", cfg.Fallback).
+		Float64("sync_interval_seconds", time.Duration(cfg.SyncInterval).Seconds()).Str("fallback", cfg.Fallback).
 		Msg("coordinating limits with the fleet")
 	return nil
 }

@@ -138,7 +138,7 @@ func (p *Proxy) applyLimits(cfg config.LimitsConfig) error {
 		// Between the two stores a request may pair the new limiter with
 		// the old limits; either is a valid configuration.
 		p.limiterStats.retire(p.limiter.Swap(lim))
-		p.log.Warn().Str("algorithm", cfg.Algorithm).Int64("memory", int64(cfg.Memory)).Float64("burst", cfg.Burst).
+		p.log.Warn().Str("algorithm", cfg.Algorithm).Int64("memory_bytes", int64(cfg.Memory)).Float64("burst_seconds", cfg.Burst).
 			Msg("rate limiter replaced: partition counts start again from zero")
 	}
 	p.makeUnits(l, cfg)

@@ -340,7 +340,7 @@ func (s *session) upstreamStalled(timeout time.Duration) {
 	if s.stalled.Swap(true) {
 		return
 	}
-	s.log.Warn().Dur("upstream_timeout", timeout).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
+	s.log.Warn().Float64("upstream_timeout_seconds", timeout.Seconds()).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
 	s.upstream.Close()
 }
 
