@@ -23,6 +23,25 @@ func (e *TooLargeError) Error() string {
 // that does not fit its segment, a bad segment sequence.
 var ErrCorrupt = errors.New("frame: corrupt stream")
 
+// TruncatedError reports a stream that ended or failed part way through a
+// frame: some of its bytes arrived and the rest never will. Err is the
+// stream's error (io.ErrUnexpectedEOF, a reset), with what was being read.
+type TruncatedError struct {
+	Err error
+}
+
+func (e *TruncatedError) Error() string { return e.Err.Error() }
+func (e *TruncatedError) Unwrap() error { return e.Err }
+
+// truncated is err, the stream's failure part way through a frame, as a
+// TruncatedError; a bad segment is no truncation and stays as it is.
+func truncated(err error) error {
+	if errors.Is(err, ErrBadCRC) || errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	return &TruncatedError{Err: err}
+}
+
 // Reader reads whole frames from a byte stream, first as plain frames and,
 // after UseSegments, from v5 segments. A returned frame is valid until the
 // next call to Next.
@@ -110,8 +129,10 @@ func (r *Reader) Segmented() bool { return r.segs != nil }
 
 // Next returns the next frame, header and body, and its decoded header.
 // Errors: *UnsupportedVersionError (the header's stream is unknown),
-// *TooLargeError (skipped; the stream is usable), io errors, and errors
-// wrapping ErrCorrupt or segment errors after which the stream is unusable.
+// *TooLargeError (skipped; the stream is usable), the stream's error before
+// a frame's first byte (io.EOF where it ended), *TruncatedError after it,
+// and errors wrapping ErrCorrupt or segment errors after which the stream
+// is unusable.
 func (r *Reader) Next() ([]byte, Header, error) {
 	// The caller is done with the last frame.
 	r.Release()
@@ -141,7 +162,7 @@ func (r *Reader) Next() ([]byte, Header, error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, Header{}, err
+		return nil, Header{}, truncated(err)
 	}
 	h, err := ParseHeader(hb)
 	if err != nil {
@@ -151,7 +172,10 @@ func (r *Reader) Next() ([]byte, Header, error) {
 		// Skip rather than allocate: the limit protects memory, and reading
 		// through keeps the connection usable for the next frame.
 		if _, err := r.br.Discard(HeaderSize + h.Length); err != nil {
-			return nil, h, fmt.Errorf("skipping oversized frame: %w", err)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, h, truncated(fmt.Errorf("skipping oversized frame: %w", err))
 		}
 		return nil, h, &TooLargeError{Header: h, Max: r.max}
 	}
@@ -166,7 +190,7 @@ func (r *Reader) Next() ([]byte, Header, error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, h, fmt.Errorf("reading %s frame body: %w", h.Opcode, err)
+		return nil, h, truncated(fmt.Errorf("reading %s frame body: %w", h.Opcode, err))
 	}
 	return f, h, nil
 }
@@ -195,7 +219,8 @@ func (r *Reader) nextFromSegments() ([]byte, Header, error) {
 	if len(r.rest) == 0 {
 		payload, selfContained, err := r.segs.Next()
 		if err != nil {
-			return nil, Header{}, err
+			// Next has seen the segment's first byte.
+			return nil, Header{}, truncated(err)
 		}
 		if !selfContained {
 			return r.assemble(payload)
@@ -246,7 +271,7 @@ func (r *Reader) assemble(first []byte) ([]byte, Header, error) {
 	for got < n {
 		payload, selfContained, err := r.segs.Next()
 		if err != nil {
-			return nil, h, err
+			return nil, h, truncated(err)
 		}
 		if selfContained {
 			return nil, h, fmt.Errorf("%w: self-contained segment inside a large frame", ErrCorrupt)

@@ -40,13 +40,51 @@ func TestReaderPlainFrames(t *testing.T) {
 	}
 }
 
+// A stream that ends before a frame's first byte ends with io.EOF; one that
+// ends after it, wherever, with a TruncatedError: the peer left part way
+// through a frame.
 func TestReaderTruncated(t *testing.T) {
-	in := frameBytes(4, 1, OpQuery, []byte("abcdef"))
-	for n := 1; n < len(in); n++ {
-		r := NewReader(bufio.NewReader(bytes.NewReader(in[:n])), 1<<10)
-		if _, _, err := r.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
-			t.Errorf("%d of %d bytes: %v, want unexpected EOF", n, len(in), err)
-		}
+	body := []byte("abcdef")
+	large := bytes.Repeat([]byte("x"), MaxSegmentPayload) // over two segments
+	tests := []struct {
+		name     string
+		in       []byte
+		segments bool
+		max      int
+	}{
+		{"v4 frame", frameBytes(4, 1, OpQuery, body), false, 1 << 10},
+		{"v4 frame over the maximum", frameBytes(4, 1, OpQuery, body), false, 2},
+		{"v5 segment", NewSegmentWriter(false).AppendFrames(nil, frameBytes(5, 1, OpQuery, body)), true, 1 << 10},
+		{"v5 LZ4 segment", NewSegmentWriter(true).AppendFrames(nil, frameBytes(5, 1, OpQuery, body)), true, 1 << 10},
+		{"v5 frame over segments", NewSegmentWriter(false).AppendFrames(nil, frameBytes(5, 1, OpQuery, large)), true, 1 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cuts := make([]int, len(tt.in))
+			for n := range cuts {
+				cuts[n] = n
+			}
+			if len(tt.in) > 1<<10 {
+				// Around the end of the first segment (a 6-byte header and
+				// a 4-byte CRC) rather than everywhere.
+				end := 6 + MaxSegmentPayload + 4
+				cuts = []int{0, 1, 5, 6, 100, end - 1, end, end + 1, end + 6, end + 7, len(tt.in) - 1}
+			}
+			for _, n := range cuts {
+				r := NewReader(bufio.NewReader(bytes.NewReader(tt.in[:n])), tt.max)
+				if tt.segments {
+					r.UseSegments(strings.Contains(tt.name, "LZ4"))
+				}
+				_, _, err := r.Next()
+				var cut *TruncatedError
+				switch {
+				case n == 0 && err != io.EOF:
+					t.Fatalf("no bytes: %v, want EOF", err)
+				case n > 0 && (!errors.As(err, &cut) || !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF)):
+					t.Fatalf("%d of %d bytes: %v, want a TruncatedError of an EOF", n, len(tt.in), err)
+				}
+			}
+		})
 	}
 }
 
@@ -207,6 +245,11 @@ func FuzzReader(f *testing.F) {
 				var tl *TooLargeError
 				if errors.As(err, &tl) {
 					continue
+				}
+				// The input's end is a frame's end or a truncation.
+				var cut *TruncatedError
+				if errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &cut) {
+					t.Fatalf("cut short without a TruncatedError: %v", err)
 				}
 				return
 			}

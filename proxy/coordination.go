@@ -66,7 +66,7 @@ func (p *Proxy) runCoordination(cfg config.CoordinationConfig, client redis.Univ
 		return
 	}
 	p.log.Info().Strs("addresses", cfg.Addresses).Bool("cluster", cfg.Cluster).
-		Dur("sync_interval", time.Duration(cfg.SyncInterval)).Str("fallback", cfg.Fallback).
+		Float64("sync_interval_seconds", time.Duration(cfg.SyncInterval).Seconds()).Str("fallback", cfg.Fallback).
 		Msg("coordinating limits with the fleet")
 }
 

@@ -266,7 +266,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 				// Out of file descriptors or a transient failure: wait rather
 				// than spin, as net/http does.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				p.log.Warn().Err(err).Dur("retry_in", backoff).Msg("accept failed")
+				p.log.Warn().Err(err).Float64("retry_in_seconds", backoff.Seconds()).Msg("accept failed")
 				time.Sleep(backoff)
 				continue
 			}

@@ -5,9 +5,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
@@ -80,9 +78,20 @@ func (s *session) serveRequests() error {
 				return fmt.Errorf("client sent part of a frame and nothing more for %s (frame_timeout): %w",
 					time.Duration(s.p.cfg.FrameTimeout), err)
 			}
-			// A client that closes or resets its connection has left; it
-			// sent nothing wrong.
-			if !errors.Is(err, io.EOF) && !errors.Is(err, errSessionClosed) && !errors.Is(err, syscall.ECONNRESET) {
+			var cut *frame.TruncatedError
+			switch {
+			case errors.Is(err, net.ErrClosed):
+				// The session closed the connection, as its upstream was
+				// lost or a write to the client failed first: the client
+				// sent nothing wrong, whatever it was sending.
+			case errors.As(err, &cut):
+				// A client that leaves part way through a frame loses the
+				// request it had begun: not malformed, but not a clean end.
+				m.protocolErrors.WithLabelValues("truncated_frame").Inc()
+				return fmt.Errorf("client left part way through a frame: %w", err)
+			case clientLeft(err):
+				// Closed or reset between frames: the client has left.
+			default:
 				m.protocolErrors.WithLabelValues("bad_request_frame").Inc()
 			}
 			return err

@@ -9,7 +9,6 @@ package proxy
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -328,27 +327,6 @@ func TestUsePipelinedWithItsRequests(t *testing.T) {
 	}
 	if len(pinned) != 10 {
 		t.Errorf("%d reads classified, want 10", len(pinned))
-	}
-}
-
-// A client that resets its connection between frames has left; it sent no
-// bad frame.
-func TestClientResetIsNoProtocolError(t *testing.T) {
-	t.Parallel()
-	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv"})
-	p, addr := startProxy(t, func(c *config.Config) { c.Listen, c.Upstreams = "127.0.0.1:0", []string{node.Addr()} })
-	c := dialRaw(t, addr, 4)
-	c.startup(nil)
-	c.read(1, "SELECT * FROM ks.kv WHERE k = 1")
-	c.c.(*net.TCPConn).SetLinger(0) // close with a reset
-	c.c.Close()
-	waitUntil(t, "the session ended", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.sessions) == 0
-	})
-	if got := metricValue(t, p.metrics.protocolErrors.WithLabelValues("bad_request_frame")); got != 0 {
-		t.Errorf("a reset between frames counted as %v bad request frames", got)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -320,7 +321,7 @@ func (s *session) upstreamStalled(timeout time.Duration) {
 	if s.stalled.Swap(true) {
 		return
 	}
-	s.log.Warn().Dur("upstream_timeout", timeout).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
+	s.log.Warn().Float64("upstream_timeout_seconds", timeout.Seconds()).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
 	s.upstream.Close()
 }
 
@@ -351,12 +352,36 @@ var errForward = errors.New("forwarding")
 // flushTimeout bounds writing what is queued for a closing connection.
 const flushTimeout = 5 * time.Second
 
+// logEnd logs how one side of the session ended: at debug an end that is
+// nobody's fault, at info an error.
 func (s *session) logEnd(side string, err error) {
-	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errWriterClosed) || errors.Is(err, errVersionRefused) {
+	if cleanEnd(side, err) {
 		s.log.Debug().Str("side", side).Msg("connection closed")
 		return
 	}
 	s.log.Info().Str("side", side).Err(err).Msg("connection ended")
+}
+
+// cleanEnd reports whether err, which ended one side of a session, is
+// nobody's fault: the proxy closed the connection, or the peer closed it
+// between frames, or, the client's side, reset it between frames.
+func cleanEnd(side string, err error) bool {
+	var cut *frame.TruncatedError
+	switch {
+	case err == nil || errors.Is(err, net.ErrClosed) || errors.Is(err, errWriterClosed) || errors.Is(err, errVersionRefused):
+		return true
+	case errors.As(err, &cut):
+		return false
+	case side == "client":
+		return clientLeft(err)
+	}
+	return errors.Is(err, io.EOF)
+}
+
+// clientLeft reports whether err, reading or writing a client's connection,
+// is the client closing or resetting it.
+func clientLeft(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // close closes both sockets, ending both loops.

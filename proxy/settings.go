@@ -119,7 +119,7 @@ func (p *Proxy) commit(c *change) {
 	if c.limiterReplaced {
 		p.limiterStats.retire(old.limiter)
 		l := c.cfg.Limits
-		p.log.Warn().Str("algorithm", l.Algorithm).Int64("memory", int64(l.Memory)).Float64("burst", l.Burst).
+		p.log.Warn().Str("algorithm", l.Algorithm).Int64("memory_bytes", int64(l.Memory)).Float64("burst_seconds", l.Burst).
 			Msg("rate limiter replaced: partition counts start again from zero")
 	}
 	p.runCoordination(c.cfg.Coordination, c.redis, c.next.fleet)

@@ -525,7 +525,7 @@ wait:
 			}
 			watcher.Reload()
 		case s := <-sig:
-			log.Info().Str("signal", s.String()).Dur("timeout", time.Duration(cfg.DrainTimeout)).Msg("draining")
+			log.Info().Str("signal", s.String()).Float64("timeout_seconds", time.Duration(cfg.DrainTimeout).Seconds()).Msg("draining")
 			break wait
 		}
 	}

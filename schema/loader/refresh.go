@@ -144,7 +144,7 @@ func (s *Schema) load(parent context.Context) bool {
 		// A load cut short because Run is stopping is no failure to report.
 		if parent.Err() == nil {
 			s.failures.Add(1)
-			s.log.Error().Err(err).Dur("took", elapsed).Int("tables", s.Current().Len()).
+			s.log.Error().Err(err).Float64("took_seconds", elapsed.Seconds()).Int("tables", s.Current().Len()).
 				Msg("loading the schema failed; keeping the previous one")
 		}
 		return false
@@ -160,7 +160,7 @@ func (s *Schema) load(parent context.Context) bool {
 	if prev.Len() != snap.Len() {
 		ev = s.log.Info()
 	}
-	ev.Int("tables", snap.Len()).Dur("took", elapsed).Msg("schema loaded")
+	ev.Int("tables", snap.Len()).Float64("took_seconds", elapsed.Seconds()).Msg("schema loaded")
 	return true
 }
 

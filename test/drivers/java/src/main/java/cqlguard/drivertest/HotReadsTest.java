@@ -269,8 +269,9 @@ public final class HotReadsTest {
     if (stale > 0) {
       fail(stale + " of " + WRITES + " writes not read back: first, " + firstStale);
     }
-    proxy.close();
-    directSession.close();
+    // Together: each close waits out the event loops' quiet period.
+    CompletableFuture.allOf(proxy.closeAsync().toCompletableFuture(), directSession.closeAsync().toCompletableFuture())
+        .join();
     Runtime.getRuntime().halt(0);
   }
 

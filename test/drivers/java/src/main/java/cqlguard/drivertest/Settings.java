@@ -41,10 +41,12 @@ final class Settings {
             .withDuration(DefaultDriverOption.METADATA_SCHEMA_REQUEST_TIMEOUT, requestTimeout)
             .withDuration(DefaultDriverOption.CONTROL_CONNECTION_AGREEMENT_TIMEOUT, Duration.ofSeconds(30))
             // the tests switch keyspaces with USE on purpose
-            .withBoolean(DefaultDriverOption.REQUEST_WARN_IF_SET_KEYSPACE, false)
-            // close at once instead of waiting 2 s for more work
-            .withInt(DefaultDriverOption.NETTY_IO_SHUTDOWN_QUIET_PERIOD, 0)
-            .withInt(DefaultDriverOption.NETTY_ADMIN_SHUTDOWN_QUIET_PERIOD, 0);
+            .withBoolean(DefaultDriverOption.REQUEST_WARN_IF_SET_KEYSPACE, false);
+    // The event loops' shutdown quiet period stays the driver's (2 s), which
+    // close() waits out: close() submits its work to the admin loop and then
+    // adds a listener to it, and with no quiet period that loop may have run
+    // the work and terminated in between, when netty logs a
+    // RejectedExecutionException with its stack trace.
     if (!protocol.isEmpty()) {
       c = c.withString(DefaultDriverOption.PROTOCOL_VERSION, "V" + protocol);
     }
