@@ -390,26 +390,7 @@ func (r *Recognizer) where() bool {
 func (r *Recognizer) relation() bool {
 	t := r.lex.Next()
 	if t.IsPunct('(') || t.IsWord("token") {
-		// A multi-column or token relation: clustering columns or a token
-		// range, which pins nothing. Skip it, counting markers.
-		if t.IsWord("token") {
-			if !r.lex.Next().IsPunct('(') {
-				return false
-			}
-		}
-		if !r.skipBalanced() {
-			return false
-		}
-		op := r.lex.Next()
-		if op.Kind != Punct && !op.IsWord("in") {
-			return false
-		}
-		if op.IsWord("in") || r.lex.Peek().IsPunct('(') {
-			r.lex.Next()
-			return r.skipBalanced()
-		}
-		_, ok := r.term()
-		return ok
+		return r.skipRelation(t)
 	}
 	name, ok := r.ident(t)
 	if !ok {
@@ -426,40 +407,7 @@ func (r *Recognizer) relation() bool {
 		r.addRestriction(name, len(r.terms)-1, term.Kind != TermOther)
 		return true
 	case op.IsWord("in"):
-		next := r.lex.Peek()
-		if next.Kind == Marker {
-			// IN ? binds a whole list: the partitions are not known here.
-			r.lex.Next()
-			r.countMarker(next)
-			r.addRestriction(name, len(r.terms), false)
-			return true
-		}
-		if !r.lex.Next().IsPunct('(') {
-			return false
-		}
-		first := len(r.terms)
-		pinned := true
-		if r.lex.Peek().IsPunct(')') {
-			r.lex.Next()
-		} else {
-			for {
-				term, ok := r.term()
-				if !ok {
-					return false
-				}
-				r.terms = append(r.terms, term)
-				pinned = pinned && term.Kind != TermOther
-				sep := r.lex.Next()
-				if sep.IsPunct(')') {
-					break
-				}
-				if !sep.IsPunct(',') {
-					return false
-				}
-			}
-		}
-		r.addRestriction(name, first, pinned)
-		return true
+		return r.inRelation(name)
 	case op.Kind == Punct || op.IsWord("contains") || op.IsWord("like"):
 		// <, <=, >, >=, !=, CONTAINS [KEY], LIKE: a range or a filter.
 		if r.lex.Peek().IsWord("key") {
@@ -478,6 +426,68 @@ func (r *Recognizer) relation() bool {
 		return true
 	}
 	return false
+}
+
+// skipRelation skips a multi-column or token relation, t its first
+// token: clustering columns or a token range, which pins nothing. Its
+// markers are counted.
+func (r *Recognizer) skipRelation(t Token) bool {
+	if t.IsWord("token") {
+		if !r.lex.Next().IsPunct('(') {
+			return false
+		}
+	}
+	if !r.skipBalanced() {
+		return false
+	}
+	op := r.lex.Next()
+	if op.Kind != Punct && !op.IsWord("in") {
+		return false
+	}
+	if op.IsWord("in") || r.lex.Peek().IsPunct('(') {
+		r.lex.Next()
+		return r.skipBalanced()
+	}
+	_, ok := r.term()
+	return ok
+}
+
+// inRelation parses the list of name IN, recording its terms.
+func (r *Recognizer) inRelation(name []byte) bool {
+	next := r.lex.Peek()
+	if next.Kind == Marker {
+		// IN ? binds a whole list: the partitions are not known here.
+		r.lex.Next()
+		r.countMarker(next)
+		r.addRestriction(name, len(r.terms), false)
+		return true
+	}
+	if !r.lex.Next().IsPunct('(') {
+		return false
+	}
+	first := len(r.terms)
+	pinned := true
+	if r.lex.Peek().IsPunct(')') {
+		r.lex.Next()
+	} else {
+		for {
+			term, ok := r.term()
+			if !ok {
+				return false
+			}
+			r.terms = append(r.terms, term)
+			pinned = pinned && term.Kind != TermOther
+			sep := r.lex.Next()
+			if sep.IsPunct(')') {
+				break
+			}
+			if !sep.IsPunct(',') {
+				return false
+			}
+		}
+	}
+	r.addRestriction(name, first, pinned)
+	return true
 }
 
 // addRestriction records the terms r.terms[first:] for column name. The
