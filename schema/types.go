@@ -441,16 +441,8 @@ func writeIdent(b *strings.Builder, name string) {
 // isTypeKeyword reports whether an unquoted name would parse as a built-in
 // type rather than a user type.
 func isTypeKeyword(name string) bool {
-	switch name {
-	case "frozen", "list", "set", "map", "tuple", "vector", "varchar":
-		return true
-	}
-	for k := Ascii; k <= Varint; k++ {
-		if nativeNames[k] == name {
-			return true
-		}
-	}
-	return false
+	_, native := nativeKind(name)
+	return native || isParameterised(name)
 }
 
 func writeQuoted(b *strings.Builder, s string, q byte) {
