@@ -213,13 +213,36 @@ func (p *typeParser) parse(depth int) (Type, error) {
 		return Type{}, err
 	}
 	if !quoted {
-		if k, ok := nativeKind(name); ok {
-			return Type{Kind: k}, nil
-		}
 		// Without a '<', frozen, list and the rest name user types.
-		if isParameterised(name) && p.peek('<') {
-			p.pos++
-			return p.parameters(name, depth)
+		switch name {
+		case "frozen":
+			if p.open() {
+				return p.frozen(depth)
+			}
+		case "list":
+			if p.open() {
+				return p.elems(List, 1, depth)
+			}
+		case "set":
+			if p.open() {
+				return p.elems(Set, 1, depth)
+			}
+		case "map":
+			if p.open() {
+				return p.elems(Map, 2, depth)
+			}
+		case "tuple":
+			if p.open() {
+				return p.elems(Tuple, 0, depth)
+			}
+		case "vector":
+			if p.open() {
+				return p.vector(depth)
+			}
+		default:
+			if k, ok := nativeKind(name); ok {
+				return Type{Kind: k}, nil
+			}
 		}
 	}
 	return p.userType(name)
@@ -248,47 +271,30 @@ func nativeKind(name string) (Kind, bool) {
 	return Invalid, false
 }
 
-// isParameterised reports whether name is that of a type written with
-// parameters in <>.
-func isParameterised(name string) bool {
-	switch name {
-	case "frozen", "list", "set", "map", "tuple", "vector":
+// open consumes the '<' that opens a type's parameters, if it is next.
+func (p *typeParser) open() bool {
+	if p.peek('<') {
+		p.pos++
 		return true
 	}
 	return false
 }
 
-// parameters reads the parameters of the type name, after its '<' and
-// through its '>'.
-func (p *typeParser) parameters(name string, depth int) (Type, error) {
-	var t Type
-	var err error
-	switch name {
-	case "frozen":
-		t, err = p.parse(depth + 1)
-		t.Frozen = true
-	case "list":
-		t, err = p.elems(List, 1, depth)
-	case "set":
-		t, err = p.elems(Set, 1, depth)
-	case "map":
-		t, err = p.elems(Map, 2, depth)
-	case "tuple":
-		t, err = p.elems(Tuple, 0, depth)
-	case "vector":
-		t, err = p.vector(depth)
-	}
+// frozen reads frozen<...>'s type, after the '<', through the '>'.
+func (p *typeParser) frozen(depth int) (Type, error) {
+	t, err := p.parse(depth + 1)
 	if err != nil {
 		return Type{}, err
 	}
 	if err := p.expect('>'); err != nil {
 		return Type{}, err
 	}
+	t.Frozen = true
 	return t, nil
 }
 
-// elems reads the n comma-separated element types of a type of kind k, or
-// for n == 0 (a tuple's) one or more.
+// elems reads the element types of a type of kind k, after the '<',
+// through the '>': n of them, or for n == 0 (a tuple's) one or more.
 func (p *typeParser) elems(k Kind, n, depth int) (Type, error) {
 	elems := make([]Type, 0, max(n, 1))
 	for {
@@ -298,15 +304,20 @@ func (p *typeParser) elems(k Kind, n, depth int) (Type, error) {
 		}
 		elems = append(elems, e)
 		if len(elems) == n || n == 0 && !p.peek(',') {
-			return Type{Kind: k, Elems: elems}, nil
+			break
 		}
 		if err := p.expect(','); err != nil {
 			return Type{}, err
 		}
 	}
+	if err := p.expect('>'); err != nil {
+		return Type{}, err
+	}
+	return Type{Kind: k, Elems: elems}, nil
 }
 
-// vector reads a vector's element type and dimension.
+// vector reads a vector's element type and dimension, after the '<',
+// through the '>'.
 func (p *typeParser) vector(depth int) (Type, error) {
 	e, err := p.parse(depth + 1)
 	if err != nil {
@@ -323,6 +334,9 @@ func (p *typeParser) vector(depth int) (Type, error) {
 	dim, err := strconv.Atoi(p.src[start:p.pos])
 	if err != nil || dim <= 0 {
 		return Type{}, fmt.Errorf("bad vector dimension %q at offset %d", p.src[start:p.pos], start)
+	}
+	if err := p.expect('>'); err != nil {
+		return Type{}, err
 	}
 	return Type{Kind: Vector, Elems: []Type{e}, Dim: dim}, nil
 }
@@ -441,8 +455,12 @@ func writeIdent(b *strings.Builder, name string) {
 // isTypeKeyword reports whether an unquoted name would parse as a built-in
 // type rather than a user type.
 func isTypeKeyword(name string) bool {
+	switch name {
+	case "frozen", "list", "set", "map", "tuple", "vector":
+		return true
+	}
 	_, native := nativeKind(name)
-	return native || isParameterised(name)
+	return native
 }
 
 func writeQuoted(b *strings.Builder, s string, q byte) {
