@@ -209,7 +209,9 @@ func badToken(t litToken, want string) error {
 // stack.
 const maxLiteralDepth = 64
 
-// value appends the serialization of the next literal, of type t.
+// value appends the serialization of the next literal, of type t. A
+// collection's method reads its brackets and elements; every other literal
+// is one token, read by the method for its family of kinds.
 func (p *litParser) value(dst []byte, t Type, depth int) ([]byte, error) {
 	if depth > maxLiteralDepth {
 		return dst, fmt.Errorf("literal nested deeper than %d", maxLiteralDepth)
@@ -227,176 +229,243 @@ func (p *litParser) value(dst []byte, t Type, depth int) ([]byte, error) {
 		return p.udt(dst, t, depth)
 	case Vector:
 		return p.vector(dst, t, depth)
+	case Tinyint, Smallint, Int, Bigint, Counter, Varint:
+		return p.integer(dst, t.Kind)
+	case Decimal:
+		return p.decimal(dst)
+	case Float, Double:
+		return p.float(dst, t.Kind)
+	case Boolean:
+		return p.boolean(dst)
+	case Text, Ascii:
+		return p.text(dst, t.Kind)
+	case Blob, Custom:
+		return p.blob(dst)
+	case Uuid, Timeuuid:
+		return p.uuid(dst, t.Kind)
+	case Inet:
+		return p.inet(dst)
+	case Date:
+		return p.date(dst)
+	case Time:
+		return p.time(dst)
+	case Timestamp:
+		return p.timestamp(dst)
+	case Duration:
+		return dst, errors.New("duration literals are not supported")
 	}
+	return dst, fmt.Errorf("no literal for type kind %s", t.Kind)
+}
+
+// integer appends an integer of kind k (tinyint to counter, or varint):
+// a number without fraction or exponent, in range for k.
+func (p *litParser) integer(dst []byte, k Kind) ([]byte, error) {
 	tok := p.next()
-	switch t.Kind {
-	case Tinyint, Smallint, Int, Bigint, Counter:
-		if tok.kind != litNumber || !isIntegerText(tok.text) {
-			return dst, badToken(tok, "an integer")
-		}
-		v, ok := parseInt64(tok.text)
-		size := fixedSize(t.Kind)
-		if !ok || size < 8 && (v < -1<<(8*size-1) || v >= 1<<(8*size-1)) {
-			return dst, fmt.Errorf("%s out of range for %s", tok.text, t.Kind)
-		}
-		return appendBigEndian(dst, uint64(v), size), nil
-	case Varint:
-		if tok.kind != litNumber || !isIntegerText(tok.text) {
-			return dst, badToken(tok, "an integer")
-		}
+	if tok.kind != litNumber || !isIntegerText(tok.text) {
+		return dst, badToken(tok, "an integer")
+	}
+	if k == Varint {
 		neg, digits := tok.text[0] == '-', tok.text
 		if neg {
 			digits = digits[1:]
 		}
 		return appendVarint(dst, neg, digits, nil), nil
-	case Decimal:
-		if tok.kind != litNumber {
-			return dst, badToken(tok, "a number")
-		}
-		return appendDecimal(dst, tok.text)
-	case Float, Double:
-		var f float64
-		switch {
-		case tok.kind == litNumber:
-			bits := 64
-			if t.Kind == Float {
-				bits = 32
-			}
-			var err error
-			f, err = strconv.ParseFloat(unsafeString(tok.text), bits)
-			if err != nil && !errors.Is(err, strconv.ErrRange) {
-				// Java saturates to infinity or zero, as the value
-				// returned with ErrRange does.
-				return dst, fmt.Errorf("bad number %s", tok.text)
-			}
-		case tok.kind == litWord && (equalFold(tok.text, "nan") || equalFold(tok.text, "-nan")):
-			// Java's canonical NaNs, not Go's.
-			if t.Kind == Float {
-				return binary.BigEndian.AppendUint32(dst, 0x7fc00000), nil
-			}
-			return binary.BigEndian.AppendUint64(dst, 0x7ff8000000000000), nil
-		case tok.kind == litWord && equalFold(tok.text, "infinity"):
-			f = math.Inf(1)
-		case tok.kind == litWord && equalFold(tok.text, "-infinity"):
-			f = math.Inf(-1)
-		default:
-			return dst, badToken(tok, "a number")
-		}
-		if t.Kind == Float {
-			return binary.BigEndian.AppendUint32(dst, math.Float32bits(float32(f))), nil
-		}
-		return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
-	case Boolean:
-		switch {
-		case tok.kind == litWord && equalFold(tok.text, "true"):
-			return append(dst, 1), nil
-		case tok.kind == litWord && equalFold(tok.text, "false"):
-			return append(dst, 0), nil
-		}
-		return dst, badToken(tok, "true or false")
-	case Text, Ascii:
-		if tok.kind != litString {
-			return dst, badToken(tok, "a string")
-		}
-		start := len(dst)
-		dst = appendUnescaped(dst, tok)
-		s := dst[start:]
-		if t.Kind == Ascii {
-			for _, c := range s {
-				if c >= 0x80 {
-					return dst[:start], fmt.Errorf("non-ASCII byte %#x in ascii string", c)
-				}
-			}
-		} else if !utf8.Valid(s) {
-			return dst[:start], errors.New("string is not valid UTF-8")
-		}
-		return dst, nil
-	case Blob, Custom:
-		if tok.kind != litHex {
-			return dst, badToken(tok, "a blob (0x...)")
-		}
-		hex := tok.text[2:]
-		if len(hex)%2 != 0 {
-			return dst, errors.New("blob has an odd number of hex digits")
-		}
-		for i := 0; i < len(hex); i += 2 {
-			dst = append(dst, unhex(hex[i])<<4|unhex(hex[i+1]))
-		}
-		return dst, nil
-	case Uuid, Timeuuid:
-		if tok.kind != litUUID {
-			return dst, badToken(tok, "a uuid")
-		}
-		s := tok.text
-		for i := 0; i < len(s); i += 2 {
-			if s[i] == '-' {
-				i--
-				continue
-			}
-			dst = append(dst, unhex(s[i])<<4|unhex(s[i+1]))
-		}
-		if t.Kind == Timeuuid && unhex(s[14]) != 1 {
-			return dst[:len(dst)-16], errors.New("timeuuid must be a version 1 uuid")
-		}
-		return dst, nil
-	case Inet:
-		if tok.kind != litString {
-			return dst, badToken(tok, "a string")
-		}
-		if tok.escaped {
-			return dst, errors.New("bad inet address")
-		}
-		return appendInet(dst, tok.text)
-	case Date:
-		switch {
-		case tok.kind == litNumber && isIntegerText(tok.text):
-			days, err := rawDays(tok.text)
-			if err != nil {
-				return dst, err
-			}
-			return binary.BigEndian.AppendUint32(dst, days), nil
-		case tok.kind == litString && !tok.escaped:
-			days, err := parseDate(tok.text)
-			if err != nil {
-				return dst, err
-			}
-			return binary.BigEndian.AppendUint32(dst, days), nil
-		}
-		return dst, badToken(tok, "a date")
-	case Time:
-		switch {
-		case tok.kind == litNumber && isIntegerText(tok.text),
-			tok.kind == litString && !tok.escaped:
-			ns, err := parseTime(tok.text)
-			if err != nil {
-				return dst, err
-			}
-			return binary.BigEndian.AppendUint64(dst, uint64(ns)), nil
-		}
-		return dst, badToken(tok, "a time")
-	case Timestamp:
-		switch {
-		case tok.kind == litNumber && isIntegerText(tok.text):
-			v, ok := parseInt64(tok.text)
-			if !ok {
-				return dst, fmt.Errorf("%s out of range for timestamp", tok.text)
-			}
-			return binary.BigEndian.AppendUint64(dst, uint64(v)), nil
-		case tok.kind == litString && !tok.escaped:
-			if len(tok.text) == 0 {
-				return dst, nil // Cassandra's empty value
-			}
-			ms, err := parseTimestamp(tok.text)
-			if err != nil {
-				return dst, err
-			}
-			return binary.BigEndian.AppendUint64(dst, uint64(ms)), nil
-		}
-		return dst, badToken(tok, "a timestamp")
-	case Duration:
-		return dst, errors.New("duration literals are not supported")
 	}
-	return dst, fmt.Errorf("no literal for type kind %s", t.Kind)
+	v, ok := parseInt64(tok.text)
+	size := fixedSize(k)
+	if !ok || size < 8 && (v < -1<<(8*size-1) || v >= 1<<(8*size-1)) {
+		return dst, fmt.Errorf("%s out of range for %s", tok.text, k)
+	}
+	return appendBigEndian(dst, uint64(v), size), nil
+}
+
+// decimal appends a decimal, which takes any number, as BigDecimal does.
+func (p *litParser) decimal(dst []byte) ([]byte, error) {
+	tok := p.next()
+	if tok.kind != litNumber {
+		return dst, badToken(tok, "a number")
+	}
+	return appendDecimal(dst, tok.text)
+}
+
+// float appends a float or double (k): a number, or NaN or Infinity,
+// signed or not, in any case.
+func (p *litParser) float(dst []byte, k Kind) ([]byte, error) {
+	tok := p.next()
+	var f float64
+	switch {
+	case tok.kind == litNumber:
+		bits := 64
+		if k == Float {
+			bits = 32
+		}
+		var err error
+		f, err = strconv.ParseFloat(unsafeString(tok.text), bits)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			// Java saturates to infinity or zero, as the value
+			// returned with ErrRange does.
+			return dst, fmt.Errorf("bad number %s", tok.text)
+		}
+	case tok.kind == litWord && (equalFold(tok.text, "nan") || equalFold(tok.text, "-nan")):
+		// Java's canonical NaNs, not Go's.
+		if k == Float {
+			return binary.BigEndian.AppendUint32(dst, 0x7fc00000), nil
+		}
+		return binary.BigEndian.AppendUint64(dst, 0x7ff8000000000000), nil
+	case tok.kind == litWord && equalFold(tok.text, "infinity"):
+		f = math.Inf(1)
+	case tok.kind == litWord && equalFold(tok.text, "-infinity"):
+		f = math.Inf(-1)
+	default:
+		return dst, badToken(tok, "a number")
+	}
+	if k == Float {
+		return binary.BigEndian.AppendUint32(dst, math.Float32bits(float32(f))), nil
+	}
+	return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
+}
+
+// boolean appends true or false, in any case.
+func (p *litParser) boolean(dst []byte) ([]byte, error) {
+	tok := p.next()
+	switch {
+	case tok.kind == litWord && equalFold(tok.text, "true"):
+		return append(dst, 1), nil
+	case tok.kind == litWord && equalFold(tok.text, "false"):
+		return append(dst, 0), nil
+	}
+	return dst, badToken(tok, "true or false")
+}
+
+// text appends a text or ascii string (k), refusing bytes the type
+// cannot hold.
+func (p *litParser) text(dst []byte, k Kind) ([]byte, error) {
+	tok := p.next()
+	if tok.kind != litString {
+		return dst, badToken(tok, "a string")
+	}
+	start := len(dst)
+	dst = appendUnescaped(dst, tok)
+	s := dst[start:]
+	if k == Ascii {
+		for _, c := range s {
+			if c >= 0x80 {
+				return dst[:start], fmt.Errorf("non-ASCII byte %#x in ascii string", c)
+			}
+		}
+	} else if !utf8.Valid(s) {
+		return dst[:start], errors.New("string is not valid UTF-8")
+	}
+	return dst, nil
+}
+
+// blob appends a blob, which is also the one literal a custom type takes.
+func (p *litParser) blob(dst []byte) ([]byte, error) {
+	tok := p.next()
+	if tok.kind != litHex {
+		return dst, badToken(tok, "a blob (0x...)")
+	}
+	hex := tok.text[2:]
+	if len(hex)%2 != 0 {
+		return dst, errors.New("blob has an odd number of hex digits")
+	}
+	for i := 0; i < len(hex); i += 2 {
+		dst = append(dst, unhex(hex[i])<<4|unhex(hex[i+1]))
+	}
+	return dst, nil
+}
+
+// uuid appends a uuid or timeuuid (k); a timeuuid must be a version 1
+// uuid.
+func (p *litParser) uuid(dst []byte, k Kind) ([]byte, error) {
+	tok := p.next()
+	if tok.kind != litUUID {
+		return dst, badToken(tok, "a uuid")
+	}
+	s := tok.text
+	for i := 0; i < len(s); i += 2 {
+		if s[i] == '-' {
+			i--
+			continue
+		}
+		dst = append(dst, unhex(s[i])<<4|unhex(s[i+1]))
+	}
+	if k == Timeuuid && unhex(s[14]) != 1 {
+		return dst[:len(dst)-16], errors.New("timeuuid must be a version 1 uuid")
+	}
+	return dst, nil
+}
+
+// inet appends an address given as a string; one with a quote in it is
+// no address.
+func (p *litParser) inet(dst []byte) ([]byte, error) {
+	tok := p.next()
+	if tok.kind != litString {
+		return dst, badToken(tok, "a string")
+	}
+	if tok.escaped {
+		return dst, errors.New("bad inet address")
+	}
+	return appendInet(dst, tok.text)
+}
+
+// date appends a date given as a number of days or as a string.
+func (p *litParser) date(dst []byte) ([]byte, error) {
+	tok := p.next()
+	switch {
+	case tok.kind == litNumber && isIntegerText(tok.text):
+		days, err := rawDays(tok.text)
+		if err != nil {
+			return dst, err
+		}
+		return binary.BigEndian.AppendUint32(dst, days), nil
+	case tok.kind == litString && !tok.escaped:
+		days, err := parseDate(tok.text)
+		if err != nil {
+			return dst, err
+		}
+		return binary.BigEndian.AppendUint32(dst, days), nil
+	}
+	return dst, badToken(tok, "a date")
+}
+
+// time appends a time given as nanoseconds or as a string, both of which
+// parseTime reads.
+func (p *litParser) time(dst []byte) ([]byte, error) {
+	tok := p.next()
+	switch {
+	case tok.kind == litNumber && isIntegerText(tok.text),
+		tok.kind == litString && !tok.escaped:
+		ns, err := parseTime(tok.text)
+		if err != nil {
+			return dst, err
+		}
+		return binary.BigEndian.AppendUint64(dst, uint64(ns)), nil
+	}
+	return dst, badToken(tok, "a time")
+}
+
+// timestamp appends a timestamp given as milliseconds or as a string.
+func (p *litParser) timestamp(dst []byte) ([]byte, error) {
+	tok := p.next()
+	switch {
+	case tok.kind == litNumber && isIntegerText(tok.text):
+		v, ok := parseInt64(tok.text)
+		if !ok {
+			return dst, fmt.Errorf("%s out of range for timestamp", tok.text)
+		}
+		return binary.BigEndian.AppendUint64(dst, uint64(v)), nil
+	case tok.kind == litString && !tok.escaped:
+		if len(tok.text) == 0 {
+			return dst, nil // Cassandra's empty value
+		}
+		ms, err := parseTimestamp(tok.text)
+		if err != nil {
+			return dst, err
+		}
+		return binary.BigEndian.AppendUint64(dst, uint64(ms)), nil
+	}
+	return dst, badToken(tok, "a timestamp")
 }
 
 // fixedSize returns the size of a fixed-size integer kind.

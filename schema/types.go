@@ -198,137 +198,157 @@ func (p *typeParser) ident() (string, bool, error) {
 	return "", false, fmt.Errorf("expected a type at offset %d, got %q", start, c)
 }
 
+// parse reads one type: a custom type's quoted class name, a native type,
+// a parameterised one (frozen, collections, tuple, vector) or a user type.
 func (p *typeParser) parse(depth int) (Type, error) {
 	if depth > maxTypeDepth {
 		return Type{}, fmt.Errorf("types nested deeper than %d", maxTypeDepth)
 	}
 	p.space()
 	if p.pos < len(p.src) && p.src[p.pos] == '\'' {
-		name, end, ok := unquote(p.src, p.pos, '\'')
-		if !ok {
-			return Type{}, fmt.Errorf("unterminated custom type name at offset %d", p.pos)
-		}
-		p.pos = end
-		return Type{Kind: Custom, Name: name}, nil
+		return p.custom()
 	}
 	name, quoted, err := p.ident()
 	if err != nil {
 		return Type{}, err
 	}
 	if !quoted {
+		// Without a '<', frozen, list and the rest name user types.
 		switch name {
 		case "frozen":
-			if !p.peek('<') {
-				break // a user type named frozen
+			if p.open() {
+				return p.frozen(depth)
 			}
-			p.pos++
-			t, err := p.parse(depth + 1)
-			if err != nil {
-				return Type{}, err
+		case "list":
+			if p.open() {
+				return p.elems(List, 1, depth)
 			}
-			if err := p.expect('>'); err != nil {
-				return Type{}, err
+		case "set":
+			if p.open() {
+				return p.elems(Set, 1, depth)
 			}
-			t.Frozen = true
-			return t, nil
-		case "list", "set":
-			if !p.peek('<') {
-				break
-			}
-			p.pos++
-			e, err := p.parse(depth + 1)
-			if err != nil {
-				return Type{}, err
-			}
-			if err := p.expect('>'); err != nil {
-				return Type{}, err
-			}
-			k := List
-			if name == "set" {
-				k = Set
-			}
-			return Type{Kind: k, Elems: []Type{e}}, nil
 		case "map":
-			if !p.peek('<') {
-				break
+			if p.open() {
+				return p.elems(Map, 2, depth)
 			}
-			p.pos++
-			key, err := p.parse(depth + 1)
-			if err != nil {
-				return Type{}, err
-			}
-			if err := p.expect(','); err != nil {
-				return Type{}, err
-			}
-			val, err := p.parse(depth + 1)
-			if err != nil {
-				return Type{}, err
-			}
-			if err := p.expect('>'); err != nil {
-				return Type{}, err
-			}
-			return Type{Kind: Map, Elems: []Type{key, val}}, nil
 		case "tuple":
-			if !p.peek('<') {
-				break
-			}
-			p.pos++
-			var elems []Type
-			for {
-				e, err := p.parse(depth + 1)
-				if err != nil {
-					return Type{}, err
-				}
-				elems = append(elems, e)
-				if p.peek(',') {
-					p.pos++
-					continue
-				}
-				if err := p.expect('>'); err != nil {
-					return Type{}, err
-				}
-				return Type{Kind: Tuple, Elems: elems}, nil
+			if p.open() {
+				return p.elems(Tuple, 0, depth)
 			}
 		case "vector":
-			if !p.peek('<') {
-				break
+			if p.open() {
+				return p.vector(depth)
 			}
-			p.pos++
-			e, err := p.parse(depth + 1)
-			if err != nil {
-				return Type{}, err
-			}
-			if err := p.expect(','); err != nil {
-				return Type{}, err
-			}
-			p.space()
-			start := p.pos
-			for p.pos < len(p.src) && p.src[p.pos] >= '0' && p.src[p.pos] <= '9' {
-				p.pos++
-			}
-			dim, err := strconv.Atoi(p.src[start:p.pos])
-			if err != nil || dim <= 0 {
-				return Type{}, fmt.Errorf("bad vector dimension %q at offset %d", p.src[start:p.pos], start)
-			}
-			if err := p.expect('>'); err != nil {
-				return Type{}, err
-			}
-			return Type{Kind: Vector, Elems: []Type{e}, Dim: dim}, nil
-		case "varchar":
-			return Type{Kind: Text}, nil
 		default:
-			for k := Ascii; k <= Varint; k++ {
-				if nativeNames[k] == name {
-					return Type{Kind: k}, nil
-				}
+			if k, ok := nativeKind(name); ok {
+				return Type{Kind: k}, nil
 			}
 		}
 	}
-	// A user type: [keyspace.]name.
+	return p.userType(name)
+}
+
+// custom reads a custom type's class name, quoted as a string.
+func (p *typeParser) custom() (Type, error) {
+	name, end, ok := unquote(p.src, p.pos, '\'')
+	if !ok {
+		return Type{}, fmt.Errorf("unterminated custom type name at offset %d", p.pos)
+	}
+	p.pos = end
+	return Type{Kind: Custom, Name: name}, nil
+}
+
+// nativeKind returns the kind an unquoted native type name stands for.
+func nativeKind(name string) (Kind, bool) {
+	if name == "varchar" {
+		return Text, true
+	}
+	for k := Ascii; k <= Varint; k++ {
+		if nativeNames[k] == name {
+			return k, true
+		}
+	}
+	return Invalid, false
+}
+
+// open consumes the '<' that opens a type's parameters, if it is next.
+func (p *typeParser) open() bool {
+	if p.peek('<') {
+		p.pos++
+		return true
+	}
+	return false
+}
+
+// frozen reads frozen<...>'s type, after the '<', through the '>'.
+func (p *typeParser) frozen(depth int) (Type, error) {
+	t, err := p.parse(depth + 1)
+	if err != nil {
+		return Type{}, err
+	}
+	if err := p.expect('>'); err != nil {
+		return Type{}, err
+	}
+	t.Frozen = true
+	return t, nil
+}
+
+// elems reads the element types of a type of kind k, after the '<',
+// through the '>': n of them, or for n == 0 (a tuple's) one or more.
+func (p *typeParser) elems(k Kind, n, depth int) (Type, error) {
+	elems := make([]Type, 0, max(n, 1))
+	for {
+		e, err := p.parse(depth + 1)
+		if err != nil {
+			return Type{}, err
+		}
+		elems = append(elems, e)
+		if len(elems) == n || n == 0 && !p.peek(',') {
+			break
+		}
+		if err := p.expect(','); err != nil {
+			return Type{}, err
+		}
+	}
+	if err := p.expect('>'); err != nil {
+		return Type{}, err
+	}
+	return Type{Kind: k, Elems: elems}, nil
+}
+
+// vector reads a vector's element type and dimension, after the '<',
+// through the '>'.
+func (p *typeParser) vector(depth int) (Type, error) {
+	e, err := p.parse(depth + 1)
+	if err != nil {
+		return Type{}, err
+	}
+	if err := p.expect(','); err != nil {
+		return Type{}, err
+	}
+	p.space()
+	start := p.pos
+	for p.pos < len(p.src) && p.src[p.pos] >= '0' && p.src[p.pos] <= '9' {
+		p.pos++
+	}
+	dim, err := strconv.Atoi(p.src[start:p.pos])
+	if err != nil || dim <= 0 {
+		return Type{}, fmt.Errorf("bad vector dimension %q at offset %d", p.src[start:p.pos], start)
+	}
+	if err := p.expect('>'); err != nil {
+		return Type{}, err
+	}
+	return Type{Kind: Vector, Elems: []Type{e}, Dim: dim}, nil
+}
+
+// userType resolves a user type, [keyspace.]name, whose first name has
+// been read.
+func (p *typeParser) userType(name string) (Type, error) {
 	ks := p.keyspace
 	if p.peek('.') {
 		p.pos++
 		ks = name
+		var err error
 		if name, _, err = p.ident(); err != nil {
 			return Type{}, err
 		}
@@ -436,15 +456,11 @@ func writeIdent(b *strings.Builder, name string) {
 // type rather than a user type.
 func isTypeKeyword(name string) bool {
 	switch name {
-	case "frozen", "list", "set", "map", "tuple", "vector", "varchar":
+	case "frozen", "list", "set", "map", "tuple", "vector":
 		return true
 	}
-	for k := Ascii; k <= Varint; k++ {
-		if nativeNames[k] == name {
-			return true
-		}
-	}
-	return false
+	_, native := nativeKind(name)
+	return native
 }
 
 func writeQuoted(b *strings.Builder, s string, q byte) {

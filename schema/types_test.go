@@ -109,3 +109,21 @@ func containsUDT(t Type) bool {
 	}
 	return false
 }
+
+func BenchmarkParseType(b *testing.B) {
+	for _, bc := range []struct{ name, in string }{
+		{"native", "timeuuid"},
+		{"collection", "frozen<map<text, frozen<set<uuid>>>>"},
+		{"tuple", "tuple<int, text, frozen<list<bigint>>, vector<float, 3>>"},
+		{"udt", `frozen<ks."Addr">`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseType(bc.in, testUDTs, "ks"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
