@@ -111,7 +111,7 @@ func (p *Proxy) watchUpstreams(stop <-chan struct{}) {
 				continue
 			}
 			// dialUpstream has had the node answer OPTIONS already.
-			u.in.park()
+			u.in.Park()
 			p.health.set(addr, nil)
 			if !use(&healthConn{u: u, addr: addr, r: frame.NewReader(bufio.NewReaderSize(u.conn, 4<<10), 1<<20)}) {
 				return

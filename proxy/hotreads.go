@@ -281,7 +281,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	// in flight on its connection like any other, holding a slot of
 	// max_in_flight, but not one of max_in_flight_per_connection's last:
 	// at that bound it is forwarded, and waits there.
-	if !s.p.inflight.takeNow(1) {
+	if !s.p.inflight.TakeNow(1) {
 		t.uncoalesced.Inc()
 		return action{}, false
 	}
@@ -292,7 +292,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	// (its answers would wait on its client).
 	if max > 0 && s.streams.inflight+1 >= max || s.clientWaiting() || s.toClient.Full() {
 		s.mu.Unlock()
-		s.p.inflight.give(1)
+		s.p.inflight.Give(1)
 		t.uncoalesced.Inc()
 		return action{}, false
 	}
@@ -314,7 +314,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		return action{joined: true}, true
 	}
 	s.mu.Unlock()
-	s.p.inflight.give(1)
+	s.p.inflight.Give(1)
 	if fl == nil {
 		t.uncoalesced.Inc()
 		return action{}, false
@@ -453,7 +453,7 @@ func (s *session) deliver(w waiter, f []byte, read *hotread.Read, kick bool) {
 // a hot read on stream that the upstream will not answer and that left
 // the stream table, leaving it idle if idle is set.
 func (s *session) offerAnswer(f []byte, stream int16, kick, idle bool) {
-	s.p.inflight.give(1)
+	s.p.inflight.Give(1)
 	s.p.metrics.frame(dirResponse, frame.Opcode(f[4]), len(f))
 	s.toClient.Offer(f, stream, kick)
 	if idle {

@@ -123,11 +123,11 @@ func registerLoadGauges(reg prometheus.Registerer, p *Proxy) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cqlguard_requests_in_flight",
 			Help: "Requests forwarded upstream and not answered yet, over all client connections (bounded by max_in_flight)."},
-			func() float64 { return float64(p.inflight.n.Load()) }),
+			func() float64 { return float64(p.inflight.Taken()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cqlguard_frame_bytes",
 			Help: "Bytes of frames over 64 KiB being read or handled, over all connections (bounded by max_frame_bytes_total)."},
-			func() float64 { return float64(p.requestFrames.n.Load() + p.responseFrames.n.Load()) }),
+			func() float64 { return float64(p.requestFrames.Taken() + p.responseFrames.Taken()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cqlguard_buffered_bytes",
 			Help: "Bytes queued or being written to sockets, over all connections (bounded by max_buffered_bytes_total); 0 when that is 0."},
@@ -135,7 +135,7 @@ func registerLoadGauges(reg prometheus.Registerer, p *Proxy) {
 				if p.buffered == nil {
 					return 0
 				}
-				return float64(p.buffered.n.Load())
+				return float64(p.buffered.Taken())
 			}),
 	)
 }

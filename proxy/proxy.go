@@ -27,6 +27,7 @@ import (
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/fleet"
 	"github.com/cqlguard/cqlguard/ratelimit"
+	"github.com/cqlguard/cqlguard/transport"
 )
 
 // Proxy accepts client connections and pairs each with one connection to an
@@ -52,15 +53,15 @@ type Proxy struct {
 	conns   atomic.Int64 // client connections being served
 	// inflight is max_in_flight, and counts requests in flight when that
 	// is 0; buffered is max_buffered_bytes_total, nil when that is 0.
-	inflight *bound
-	buffered *bound
+	inflight *transport.Bound
+	buffered *transport.Bound
 	// requestFrames and responseFrames are max_frame_bytes_total, one bound
 	// per direction, and count when that is 0. Two bounds, not one: a
 	// request path holds its frame while it waits for room to forward it,
 	// and the answers that make room must never wait behind requests.
-	requestFrames, responseFrames *bound
+	requestFrames, responseFrames *transport.Bound
 	// reads are the connections' read buffers, held while bytes arrive.
-	reads readBuffers
+	reads transport.ReadBuffers
 	// hotSketch tracks the busiest partitions for /hot; nil when turned off.
 	hotSketch *ratelimit.TopK
 	// hotReads serves hot reads (hotreads.go); principalSeed keys the
@@ -130,16 +131,16 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		epoch:    time.Now(),
 		sessions: map[*session]struct{}{},
 		stopBg:   func() {},
-		inflight: newBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
+		inflight: transport.NewBound(cfg.MaxInFlight, m.proxyInFlightWaits.Inc),
 		health:   newUpstreamHealth(),
 
 		refuseTimeout: refuseTimeout,
 	}
 	p.prepared.maxBytes = int(cfg.MaxPreparedBytes)
-	p.requestFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
-	p.responseFrames = newBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
+	p.requestFrames = transport.NewBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
+	p.responseFrames = transport.NewBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	if cfg.MaxBufferedBytesTotal > 0 {
-		p.buffered = newBound(int(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
+		p.buffered = transport.NewBound(int(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
 	}
 	registerLoadGauges(reg, p)
 	p.epochUnix = p.epoch.UnixNano()

@@ -43,8 +43,8 @@ func (s *session) serveRequests() error {
 			if err := s.push(); err != nil {
 				return err
 			}
-			s.clientIn.park()
-			s.clientIn.wait()
+			s.clientIn.Park()
+			s.clientIn.Wait()
 		}
 		f, h, err := s.fromClient.Next()
 		if err != nil {
@@ -120,12 +120,12 @@ func (s *session) serveRequests() error {
 		// when it has its slot, so that the node is not blamed for the
 		// proxy's own queue.
 		waitedFrom := s.queuedSince
-		if !s.p.inflight.takeNowFair(1) {
+		if !s.p.inflight.TakeNowFair(1) {
 			if waitedFrom == 0 {
 				waitedFrom = now
 				s.queuedSince = now
 			}
-			if !s.p.inflight.takeOr(1, &s.stopped, nil, s.pushQuietly) {
+			if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
 				// Never begun, so no one else ends the flight it leads.
 				if req.flight != nil {
 					s.p.hotReads.orphan(req.flight)
@@ -382,7 +382,7 @@ func (s *session) decompress(body []byte, n int) ([]byte, error) {
 		}
 		s.giveDecompressed()
 		share := max(size, n)
-		if !s.p.requestFrames.take(int64(share), &s.stopped, nil) {
+		if !s.p.requestFrames.Take(int64(share), &s.stopped) {
 			return nil, errSessionClosed
 		}
 		s.decompHeld = share
@@ -396,7 +396,7 @@ func (s *session) decompress(body []byte, n int) ([]byte, error) {
 func (s *session) giveDecompressed() {
 	if s.decompHeld > 0 {
 		s.decomp.Release()
-		s.p.requestFrames.give(s.decompHeld)
+		s.p.requestFrames.Give(int64(s.decompHeld))
 		s.decompHeld = 0
 	}
 }

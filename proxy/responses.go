@@ -30,8 +30,8 @@ func (s *session) serveResponses() error {
 			if err := s.toClient.Push(); err != nil {
 				return fmt.Errorf("%w: %w", errClientGone, err)
 			}
-			s.upstreamIn.park()
-			if s.upstreamIn.wait() {
+			s.upstreamIn.Park()
+			if s.upstreamIn.Wait() {
 				t.caughtUp(s.clientWaits.Load())
 			}
 		}
@@ -91,7 +91,7 @@ func (s *session) answerTooLarge(h frame.Header, err error) {
 	s.wakeRequests()
 	s.mu.Unlock()
 	if ended {
-		s.p.inflight.give(1)
+		s.p.inflight.Give(1)
 		s.ended(req)
 	}
 	s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
@@ -125,7 +125,7 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 	s.wakeRequests()
 	s.mu.Unlock()
 	if ok {
-		s.p.inflight.give(1)
+		s.p.inflight.Give(1)
 		s.answeredRequest(f, h, req, comp, t.timed(s.clientWaits.Load()))
 	}
 	if h.Opcode == frame.OpEvent || req.reply != replyForward {

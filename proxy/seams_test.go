@@ -91,7 +91,7 @@ func TestHotReadAnswersCountAgainstTheirConnection(t *testing.T) {
 	var held int64
 	p.mu.Lock()
 	for s := range p.sessions {
-		held = max(held, s.toClient.held.Load())
+		held = max(held, s.toClient.Held())
 	}
 	p.mu.Unlock()
 	// Past the bound by at most an answer being written, and one handed over.

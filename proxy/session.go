@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/transport"
 )
 
 // session is one client connection and its upstream connection.
@@ -28,10 +29,10 @@ type session struct {
 	fromClient   *frame.Reader
 	fromUpstream *frame.Reader
 	// clientIn and upstreamIn hold the readers' buffers while bytes come.
-	clientIn   *lazyReader
-	upstreamIn *lazyReader
-	toClient   *writer
-	toUpstream *writer
+	clientIn   *transport.LazyReader
+	upstreamIn *transport.LazyReader
+	toClient   *transport.Writer
+	toUpstream *transport.Writer
 
 	upstreamRateLimit bool // the upstream advertised the rate-limit error
 	upstreamLWTMark   bool // the upstream advertised the LWT mark, and sets it itself
@@ -132,20 +133,20 @@ type session struct {
 }
 
 func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
-	guard := &stallGuard{Conn: client, in: newSockReader(client), timeout: time.Duration(p.cfg.FrameTimeout)}
-	clientIn := newLazyReader(guard, guard.in, &p.reads)
+	guard := &stallGuard{Conn: client, in: transport.NewSockReader(client), timeout: time.Duration(p.cfg.FrameTimeout)}
+	clientIn := transport.NewLazyReader(guard, guard.in, &p.reads)
 	upstreamIn := u.in
 	s := &session{
 		p:                 p,
 		log:               log,
 		client:            client,
 		upstream:          u.conn,
-		fromClient:        frame.NewReader(clientIn.br, int(p.cfg.MaxFrameBytes)),
-		fromUpstream:      frame.NewReader(upstreamIn.br, int(p.cfg.MaxFrameBytes)),
+		fromClient:        frame.NewReader(clientIn.Reader(), int(p.cfg.MaxFrameBytes)),
+		fromUpstream:      frame.NewReader(upstreamIn.Reader(), int(p.cfg.MaxFrameBytes)),
 		clientIn:          clientIn,
 		upstreamIn:        upstreamIn,
-		toClient:          newBudgetWriter(client, int(p.cfg.MaxBufferedBytes), p.buffered),
-		toUpstream:        newBudgetWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered),
+		toClient:          transport.NewWriter(client, int(p.cfg.MaxBufferedBytes), p.buffered),
+		toUpstream:        transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered),
 		upstreamRateLimit: u.rateLimitError,
 		upstreamLWTMark:   u.lwtMark,
 		answered:          make(chan verdict, 1),
@@ -163,7 +164,7 @@ func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) 
 // frameBudget is max_frame_bytes_total as one side of a session reads it.
 type frameBudget struct {
 	s     *session
-	b     *bound
+	b     *transport.Bound
 	guard *stallGuard // the client side's; nil for the upstream side
 }
 
@@ -179,7 +180,7 @@ func (b frameBudget) Take(n int) error {
 		b.s.waitingForRoom.Store(true)
 		defer b.s.waitingForRoom.Store(false)
 	}
-	if !b.b.take(int64(n), &b.s.stopped, nil) {
+	if !b.b.Take(int64(n), &b.s.stopped) {
 		return errSessionClosed
 	}
 	if b.guard != nil {
@@ -188,7 +189,7 @@ func (b frameBudget) Take(n int) error {
 	return nil
 }
 
-func (b frameBudget) Give(n int) { b.b.give(n) }
+func (b frameBudget) Give(n int) { b.b.Give(int64(n)) }
 
 // stallGuard is a client connection as the request path reads it: once a
 // frame has begun to arrive, the rest must come within timeout, else the
@@ -196,8 +197,8 @@ func (b frameBudget) Give(n int) { b.b.give(n) }
 // bounded: drivers keep idle connections open.
 type stallGuard struct {
 	net.Conn
-	in      *sockReader   // reads Conn
-	frames  *frame.Reader // reads through the guard
+	in      *transport.SockReader // reads Conn
+	frames  *frame.Reader         // reads through the guard
 	timeout time.Duration
 	armed   bool // a read deadline is set
 }
@@ -286,7 +287,7 @@ func (s *session) giveBack() {
 	s.streams.inflight = 0
 	s.mu.Unlock()
 	s.endUnanswered(ended, priced)
-	s.p.inflight.give(n)
+	s.p.inflight.Give(int64(n))
 	s.fromClient.Release()
 	s.fromUpstream.Release()
 	s.giveDecompressed()
@@ -305,7 +306,7 @@ func (s *session) tick(watch bool) int {
 	}
 	// A response path waiting on the client (its writer holds bytes) or
 	// on max_frame_bytes_total is not waiting on the upstream.
-	waitingElsewhere := s.toClient.held.Load() > 0 || s.waitingForRoom.Load()
+	waitingElsewhere := s.toClient.Held() > 0 || s.waitingForRoom.Load()
 	if !busy || activity != s.lastActivity || waitingElsewhere {
 		s.lastActivity, s.quietTicks = activity, 0
 		return 0
@@ -368,7 +369,7 @@ func (s *session) logEnd(side string, err error) {
 func cleanEnd(side string, err error) bool {
 	var cut *frame.TruncatedError
 	switch {
-	case err == nil || errors.Is(err, net.ErrClosed) || errors.Is(err, errWriterClosed) || errors.Is(err, errVersionRefused):
+	case err == nil || errors.Is(err, net.ErrClosed) || errors.Is(err, transport.ErrWriterClosed) || errors.Is(err, errVersionRefused):
 		return true
 	case errors.As(err, &cut):
 		return false
@@ -392,9 +393,9 @@ func (s *session) close() {
 		s.room.Broadcast()
 		s.mu.Unlock()
 		s.stopped.Store(true)
-		s.p.inflight.wake()
-		s.p.requestFrames.wake()
-		s.p.responseFrames.wake()
+		s.p.inflight.Wake()
+		s.p.requestFrames.Wake()
+		s.p.responseFrames.Wake()
 		s.client.Close()
 		s.upstream.Close()
 	})
@@ -428,7 +429,7 @@ func (s *session) failInFlight(err error) {
 		s.ended(r)
 	}
 	s.chargeUnanswered(priced, s.now())
-	s.p.inflight.give(len(lost))
+	s.p.inflight.Give(int64(len(lost)))
 	if len(lost) == 0 {
 		return
 	}

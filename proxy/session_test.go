@@ -302,7 +302,7 @@ func TestDrainAnswersInFlight(t *testing.T) {
 	c := dialRaw(t, addr, 4)
 	c.startup(nil)
 	c.send(5, &message.Query{Query: "SELECT v FROM ks.slow", Options: &message.QueryOptions{}})
-	waitUntil(t, "the request in flight", func() bool { return p.inflight.n.Load() == 1 })
+	waitUntil(t, "the request in flight", func() bool { return p.inflight.Taken() == 1 })
 	done := make(chan error)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

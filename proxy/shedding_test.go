@@ -292,28 +292,6 @@ func TestSheddingQueueStands(t *testing.T) {
 	})
 }
 
-// takeNowFair leaves room to the takers already waiting for it.
-func TestBoundTakeNowFair(t *testing.T) {
-	t.Parallel()
-	b := newBound(1, func() {})
-	if !b.takeNowFair(1) {
-		t.Fatal("no room in an empty bound")
-	}
-	var stopped atomic.Bool
-	took := make(chan bool)
-	go func() { took <- b.take(1, &stopped, nil) }()
-	waitUntil(t, "a taker to wait", func() bool { return b.waiters.Load() == 1 })
-	b.n.Add(-1) // room, given back without waking the waiter yet
-	if b.takeNowFair(1) {
-		t.Fatal("took the room a waiting taker waits for")
-	}
-	b.give(0)
-	b.wake()
-	if !<-took {
-		t.Fatal("the waiting taker did not take the room")
-	}
-}
-
 // /shed/trace gives back a node's last shedding updates in the form a
 // test replays, and says which nodes there are when asked for another.
 func TestSheddingTrace(t *testing.T) {

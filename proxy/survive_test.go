@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -610,7 +609,7 @@ func TestMaxInFlight(t *testing.T) {
 			if got := node.heldNow(); got != tt.wantFirst {
 				t.Fatalf("the node got %d requests before any answer, want %d", got, tt.wantFirst)
 			}
-			if n := p.inflight.n.Load(); n != int64(tt.wantFirst) {
+			if n := p.inflight.Taken(); n != int64(tt.wantFirst) {
 				t.Errorf("%d requests in flight, want %d", n, tt.wantFirst)
 			}
 			if tt.wantFirst == tt.max && testutil.ToFloat64(p.metrics.proxyInFlightWaits) < 1 {
@@ -632,7 +631,7 @@ func TestMaxInFlight(t *testing.T) {
 					seen[stream] = true
 				}
 			}
-			if n := p.inflight.n.Load(); n != 0 {
+			if n := p.inflight.Taken(); n != 0 {
 				t.Errorf("%d requests in flight after all were answered", n)
 			}
 		})
@@ -664,98 +663,9 @@ func TestMaxInFlightClientLeaves(t *testing.T) {
 			t.Fatalf("after the client left: stream %d %#x %q %v", stream, code, msg, err)
 		}
 	}
-	if n := p.inflight.n.Load(); n != 0 {
+	if n := p.inflight.Taken(); n != 0 {
 		t.Errorf("%d requests in flight, want 0", n)
 	}
-}
-
-// Writers sharing max_buffered_bytes_total: one that holds bytes waits for
-// room; one that holds none may queue a frame even over the bound; bytes
-// written give room back, and every byte arrives in order.
-func TestBufferedBytesTotal(t *testing.T) {
-	var waits atomic.Int32
-	budget := newBound(1000, func() { waits.Add(1) })
-	c1, peer1 := net.Pipe()
-	c2, peer2 := net.Pipe()
-	w1, w2 := newBudgetWriter(c1, 1<<20, budget), newBudgetWriter(c2, 1<<20, budget)
-	defer w1.Close()
-	defer w2.Close()
-	frameOf := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
-
-	// The peers read nothing yet: w1's first frame is held being written.
-	if err := w1.Write(frameOf('a', 600)); err != nil {
-		t.Fatal(err)
-	}
-	second := make(chan error, 1)
-	go func() { second <- w1.Write(frameOf('b', 600)) }()
-	// w2 holds nothing: its frame goes over the bound without waiting.
-	if err := w2.Write(frameOf('c', 600)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-second:
-		t.Fatalf("w1's second frame queued past the bound: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	if n := budget.n.Load(); n != 1200 {
-		t.Errorf("budget holds %d bytes, want 1200", n)
-	}
-	read := func(peer net.Conn, n int) []byte {
-		t.Helper()
-		b := make([]byte, n)
-		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.ReadFull(peer, b); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	// w1's peer reads: its first frame is written, and room frees.
-	if got := read(peer1, 600); !bytes.Equal(got, frameOf('a', 600)) {
-		t.Fatal("w1: first frame garbled")
-	}
-	if err := <-second; err != nil {
-		t.Fatal(err)
-	}
-	go w1.Push()
-	go w2.Push()
-	if got := read(peer1, 600); !bytes.Equal(got, frameOf('b', 600)) {
-		t.Fatal("w1: second frame garbled")
-	}
-	if got := read(peer2, 600); !bytes.Equal(got, frameOf('c', 600)) {
-		t.Fatal("w2: frame garbled")
-	}
-	w1.Flush()
-	w2.Flush()
-	for deadline := time.Now().Add(5 * time.Second); budget.n.Load() != 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	if n := budget.n.Load(); n != 0 {
-		t.Errorf("budget holds %d bytes after everything was written", n)
-	}
-	if waits.Load() < 1 {
-		t.Error("no wait counted")
-	}
-
-	// A writer waiting on the budget when it closes gives up.
-	w2.Write(frameOf('d', 600)) // held being written: peer2 reads no more
-	go w2.Push()
-	w1.Write(frameOf('e', 600)) // over the bound, w1 holding none
-	stuck := make(chan error, 1)
-	waited := waits.Load()
-	go func() { stuck <- w1.Write(frameOf('f', 10)) }()
-	waitUntil(t, "w1 waiting on the budget", func() bool { return waits.Load() > waited })
-	peer1.Close()
-	c1.Close()
-	go w1.Close()
-	select {
-	case err := <-stuck:
-		if err == nil {
-			t.Error("write to a closed writer succeeded")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a write waiting on the budget did not give up when its writer closed")
-	}
-	peer2.Close()
 }
 
 // max_frame_bytes_total: a large frame that would pass it waits, with its
@@ -805,7 +715,7 @@ func TestFrameBytesTotal(t *testing.T) {
 			// a sends half of a large frame: its reader holds 200 KiB.
 			fa := large(1)
 			a.write(fa[:len(fa)/2])
-			waitUntil(t, "a's reader holding its frame", func() bool { return p.requestFrames.n.Load() > 0 })
+			waitUntil(t, "a's reader holding its frame", func() bool { return p.requestFrames.Taken() > 0 })
 			// b's large frame would pass 300 KiB: it waits.
 			b.write(large(2))
 			quiet(b, "the second large frame")
@@ -816,10 +726,10 @@ func TestFrameBytesTotal(t *testing.T) {
 			answered(b, 2, "the second large frame, once the first was done with")
 			// b's request path gives its frame back before it waits for
 			// b again, which may be just after b has its answer.
-			for deadline := time.Now().Add(2 * time.Second); p.requestFrames.n.Load()+p.responseFrames.n.Load() != 0 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(2 * time.Second); p.requestFrames.Taken()+p.responseFrames.Taken() != 0 && time.Now().Before(deadline); {
 				time.Sleep(5 * time.Millisecond)
 			}
-			if n := p.requestFrames.n.Load() + p.responseFrames.n.Load(); n != 0 {
+			if n := p.requestFrames.Taken() + p.responseFrames.Taken(); n != 0 {
 				t.Errorf("%d bytes of large frames held with both connections idle, want 0", n)
 			}
 		})
@@ -845,7 +755,7 @@ func TestLargeRequestLargeAnswer(t *testing.T) {
 		a.c.SetReadDeadline(time.Now().Add(3 * time.Second))
 		if got, code, msg, err := a.next(); err != nil || got != stream+1 || code != 0 {
 			t.Fatalf("large request %d: stream %d, %d %q, %v; frames held: %d of requests, %d of answers",
-				stream+1, got, code, msg, err, p.requestFrames.n.Load(), p.responseFrames.n.Load())
+				stream+1, got, code, msg, err, p.requestFrames.Taken(), p.responseFrames.Taken())
 		}
 	}
 }

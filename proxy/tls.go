@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/transport"
 )
 
 // tlsForClients reads c's files and returns the TLS configuration for
@@ -54,21 +55,10 @@ func (p *Proxy) acceptTLS(client net.Conn, timeout time.Duration) (net.Conn, err
 // its first read or write; with TLS off it returns client.
 func (p *Proxy) serverTLS(client net.Conn) net.Conn {
 	if conf := p.settings.Load().tls; conf != nil {
-		return tls.Server(&stallConn{Conn: client, out: newSockWriter(client)}, conf)
+		return transport.TLSServer(client, conf)
 	}
 	return client
 }
-
-// stallConn is the socket under a client's TLS connection, written as a
-// plain connection's socket is: its writes say when they wait for room
-// (sockWriter.stall, set through writer.SetStall), which tls.Conn's own
-// writes cannot.
-type stallConn struct {
-	net.Conn
-	out *sockWriter
-}
-
-func (c *stallConn) Write(b []byte) (int, error) { return c.out.Write(b) }
 
 // tlsForUpstreams reads c's files and returns the TLS configuration for
 // dialing the nodes, nil when TLS is off.

@@ -1,6 +1,6 @@
 //go:build linux && (race || msan || asan)
 
-package proxy
+package transport
 
 import "syscall"
 

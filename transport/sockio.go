@@ -1,4 +1,4 @@
-package proxy
+package transport
 
 // Reading and writing a connection's socket outside the Go runtime's
 // system call accounting.
@@ -11,7 +11,7 @@ package proxy
 // hand a P stuck in a system call to another thread. At the loads a proxy
 // runs, busy and idle thousands of times a second, that monitor was a
 // fifth of the proxy's CPU and its futexes more (docs/benchmarks.md).
-// sockReader and sockWriter make the same read(2) and write(2)
+// SockReader and sockWriter make the same read(2) and write(2)
 // as raw system calls inside syscall.RawConn's Read and Write, so that the
 // net package's poller still waits for readiness and keeps deadlines, and
 // the runtime counts the call as the running goroutine's own work. A raw
@@ -30,48 +30,50 @@ import (
 	"syscall"
 )
 
-// sockReader reads a connection, with raw system calls when it is a socket.
-// Its Read is for one goroutine at a time.
-type sockReader struct {
+// SockReader reads a connection, with raw system calls when it is one of
+// the net package's sockets, and through its own Read when it is not. Its
+// Read is for one goroutine at a time.
+type SockReader struct {
 	conn  net.Conn
 	raw   syscall.RawConn // nil: read through conn
 	b     []byte          // the buffer, while a raw call runs
 	n     int
 	err   error
-	tried bool                  // readOrWait has tried b once
+	tried bool                  // rawReadOrWait has tried b once
 	read  func(fd uintptr) bool // rawRead, made once so that Read allocates nothing
-	wait  func(fd uintptr) bool // readOrWait, made once
+	wait  func(fd uintptr) bool // rawReadOrWait, made once
 }
 
-func newSockReader(conn net.Conn) *sockReader {
-	r := &sockReader{conn: conn, raw: rawConnOf(conn)}
+// NewSockReader returns a SockReader of conn.
+func NewSockReader(conn net.Conn) *SockReader {
+	r := &SockReader{conn: conn, raw: rawConnOf(conn)}
 	r.read = r.rawRead
-	r.wait = r.readOrWait
+	r.wait = r.rawReadOrWait
 	return r
 }
 
 // Read reads what the connection has, up to len(b) bytes, waiting for some
 // if it has none.
-func (r *sockReader) Read(b []byte) (int, error) {
+func (r *SockReader) Read(b []byte) (int, error) {
 	if r.raw == nil || len(b) == 0 {
 		return r.conn.Read(b)
 	}
 	return r.call(b, r.read)
 }
 
-// ReadOrWait is Read for a reader about to wait, on a connection with raw
+// readOrWait is Read for a reader about to wait, on a connection with raw
 // calls: it reads into b what the socket has, and when it has nothing it
 // waits for the socket to become readable and returns 0 bytes without
 // reading, so that the next Read takes everything that came, into a
 // larger buffer. Go's poller forgets readiness before each call, so it
 // must see one read find the socket empty before it waits.
-func (r *sockReader) ReadOrWait(b []byte) (int, error) {
+func (r *SockReader) readOrWait(b []byte) (int, error) {
 	r.tried = false
 	return r.call(b, r.wait)
 }
 
 // call runs fn, a raw read of b, inside the raw connection's Read.
-func (r *sockReader) call(b []byte, fn func(fd uintptr) bool) (int, error) {
+func (r *SockReader) call(b []byte, fn func(fd uintptr) bool) (int, error) {
 	r.b, r.n, r.err = b, 0, nil
 	err := r.raw.Read(fn)
 	r.b = nil
@@ -84,7 +86,7 @@ func (r *sockReader) call(b []byte, fn func(fd uintptr) bool) (int, error) {
 	return r.n, r.err
 }
 
-func (r *sockReader) rawRead(fd uintptr) bool {
+func (r *SockReader) rawRead(fd uintptr) bool {
 	n, errno := readRaw(fd, r.b)
 	switch {
 	case errno == syscall.EAGAIN:
@@ -99,7 +101,7 @@ func (r *sockReader) rawRead(fd uintptr) bool {
 	return true
 }
 
-func (r *sockReader) readOrWait(fd uintptr) bool {
+func (r *SockReader) rawReadOrWait(fd uintptr) bool {
 	if r.tried {
 		return true // readable now; the next Read reads
 	}

@@ -1,4 +1,4 @@
-package proxy
+package transport
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 func TestSockIO(t *testing.T) {
 	t.Parallel()
 	a, b := tcpPair(t, "127.0.0.1:0")
-	w, r := newSockWriter(a), newSockReader(b)
+	w, r := newSockWriter(a), NewSockReader(b)
 	if rawCalls && (w.raw == nil || r.raw == nil) {
 		t.Fatal("a TCP connection is not read and written with raw calls")
 	}
@@ -120,7 +120,7 @@ func TestSockIOFallback(t *testing.T) {
 	t.Parallel()
 	x, y := tcpPair(t, "127.0.0.1:0")
 	wrapped := &countingConn{TCPConn: y.(*net.TCPConn)}
-	if r := newSockReader(wrapped); r.raw != nil {
+	if r := NewSockReader(wrapped); r.raw != nil {
 		t.Fatal("a wrapped socket got a raw connection")
 	} else {
 		x.Write([]byte("abc"))
@@ -132,7 +132,7 @@ func TestSockIOFallback(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	w, r := newSockWriter(a), newSockReader(b)
+	w, r := newSockWriter(a), NewSockReader(b)
 	if w.raw != nil || r.raw != nil {
 		t.Fatal("a pipe got a raw connection")
 	}
@@ -146,7 +146,7 @@ func TestSockIOFallback(t *testing.T) {
 // Reading and writing allocate nothing.
 func TestSockIOAllocs(t *testing.T) {
 	a, b := tcpPair(t, "127.0.0.1:0")
-	w, r := newSockWriter(a), newSockReader(b)
+	w, r := newSockWriter(a), NewSockReader(b)
 	msg, buf := []byte("0123456789"), make([]byte, 64)
 	allocs := testing.AllocsPerRun(1000, func() {
 		if _, err := w.Write(msg); err != nil {

@@ -1,9 +1,10 @@
-package proxy
+package transport
 
 import (
 	"bytes"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ func TestWriterBackPressure(t *testing.T) {
 	defer client.Close()
 	defer peer.Close()
 	const max = 64 << 10
-	w := newWriter(client, max)
+	w := NewWriter(client, max, nil)
 	defer w.Close()
 
 	f := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 1000})
@@ -69,7 +70,7 @@ func TestWriterBackPressure(t *testing.T) {
 func TestWriterSwitchesToSegments(t *testing.T) {
 	client, peer := net.Pipe()
 	defer client.Close()
-	w := newWriter(client, 1<<20)
+	w := NewWriter(client, 1<<20, nil)
 	ready := frame.AppendHeader(nil, frame.Header{Version: 5, Response: true, Opcode: frame.OpReady})
 	result := frame.AppendHeader(nil, frame.Header{Version: 5, Response: true, Stream: 1, Opcode: frame.OpResult, Length: 4})
 	result = append(result, 0, 0, 0, 1)
@@ -91,7 +92,7 @@ func TestWriterSwitchesToSegments(t *testing.T) {
 // again.
 func TestWriterLoopOnlyWhileWriting(t *testing.T) {
 	c, peer := tcpPair(t, "127.0.0.1:0")
-	w := newWriter(c, 1<<20)
+	w := NewWriter(c, 1<<20, nil)
 	defer w.Close()
 	running := func() bool {
 		w.mu.Lock()
@@ -143,7 +144,7 @@ func TestWriterLoopOnlyWhileWriting(t *testing.T) {
 func TestWriterCloseWaitsForLoop(t *testing.T) {
 	client, peer := net.Pipe()
 	defer peer.Close()
-	w := newWriter(client, 1<<20)
+	w := NewWriter(client, 1<<20, nil)
 	f := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 4})
 	f = append(f, 0, 0, 0, 1)
 	if err := w.Write(f); err != nil {
@@ -198,13 +199,102 @@ func tcpPair(tb testing.TB, addr string) (net.Conn, net.Conn) {
 	return c, peer
 }
 
+// Writers sharing a budget (max_buffered_bytes_total): one that holds bytes waits for
+// room; one that holds none may queue a frame even over the bound; bytes
+// written give room back, and every byte arrives in order.
+func TestBufferedBytesTotal(t *testing.T) {
+	var waits atomic.Int32
+	budget := NewBound(1000, func() { waits.Add(1) })
+	c1, peer1 := net.Pipe()
+	c2, peer2 := net.Pipe()
+	w1, w2 := NewWriter(c1, 1<<20, budget), NewWriter(c2, 1<<20, budget)
+	defer w1.Close()
+	defer w2.Close()
+	frameOf := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+
+	// The peers read nothing yet: w1's first frame is held being written.
+	if err := w1.Write(frameOf('a', 600)); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- w1.Write(frameOf('b', 600)) }()
+	// w2 holds nothing: its frame goes over the bound without waiting.
+	if err := w2.Write(frameOf('c', 600)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("w1's second frame queued past the bound: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if n := budget.Taken(); n != 1200 {
+		t.Errorf("budget holds %d bytes, want 1200", n)
+	}
+	read := func(peer net.Conn, n int) []byte {
+		t.Helper()
+		b := make([]byte, n)
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(peer, b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// w1's peer reads: its first frame is written, and room frees.
+	if got := read(peer1, 600); !bytes.Equal(got, frameOf('a', 600)) {
+		t.Fatal("w1: first frame garbled")
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	go w1.Push()
+	go w2.Push()
+	if got := read(peer1, 600); !bytes.Equal(got, frameOf('b', 600)) {
+		t.Fatal("w1: second frame garbled")
+	}
+	if got := read(peer2, 600); !bytes.Equal(got, frameOf('c', 600)) {
+		t.Fatal("w2: frame garbled")
+	}
+	w1.Flush()
+	w2.Flush()
+	for deadline := time.Now().Add(5 * time.Second); budget.Taken() != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := budget.Taken(); n != 0 {
+		t.Errorf("budget holds %d bytes after everything was written", n)
+	}
+	if waits.Load() < 1 {
+		t.Error("no wait counted")
+	}
+
+	// A writer waiting on the budget when it closes gives up.
+	w2.Write(frameOf('d', 600)) // held being written: peer2 reads no more
+	go w2.Push()
+	w1.Write(frameOf('e', 600)) // over the bound, w1 holding none
+	stuck := make(chan error, 1)
+	waited := waits.Load()
+	go func() { stuck <- w1.Write(frameOf('f', 10)) }()
+	waitUntil(t, "w1 waiting on the budget", func() bool { return waits.Load() > waited })
+	peer1.Close()
+	c1.Close()
+	go w1.Close()
+	select {
+	case err := <-stuck:
+		if err == nil {
+			t.Error("write to a closed writer succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write waiting on the budget did not give up when its writer closed")
+	}
+	peer2.Close()
+}
+
 // BenchmarkWriterRoundTrip writes and pushes one frame at a time and waits
 // for the peer to echo it, as a request-response client makes the proxy
 // do: each frame finds the writer idle.
 func BenchmarkWriterRoundTrip(b *testing.B) {
 	c, peer := tcpPair(b, "127.0.0.1:0")
 	go io.Copy(peer, peer)
-	w := newWriter(c, 1<<20)
+	w := NewWriter(c, 1<<20, nil)
 	defer w.Close()
 	f := frame.AppendHeader(nil, frame.Header{Version: 4, Response: true, Opcode: frame.OpResult, Length: 4})
 	f = append(f, 0, 0, 0, 1)
@@ -234,7 +324,7 @@ func BenchmarkWriterRoundTripSegments(b *testing.B) {
 		b.Run(map[bool]string{false: "plain", true: "lz4"}[compressed], func(b *testing.B) {
 			c, peer := tcpPair(b, "127.0.0.1:0")
 			go io.Copy(peer, peer)
-			w := newWriter(c, 1<<20)
+			w := NewWriter(c, 1<<20, nil)
 			defer w.Close()
 			w.UseSegments(compressed)
 			back := make([]byte, len(frame.NewSegmentWriter(compressed).AppendFrames(nil, f)))
@@ -262,7 +352,7 @@ func TestWriterWaited(t *testing.T) {
 	defer peer.Close()
 	f := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpQuery, Length: 100})
 	f = append(f, make([]byte, 100)...)
-	w := newWriter(client, len(f))
+	w := NewWriter(client, len(f), nil)
 	defer w.Close()
 	if err := w.Write(f); err != nil {
 		t.Fatal(err)
@@ -288,5 +378,15 @@ func TestWriterWaited(t *testing.T) {
 	w.Flush()
 	if err := <-read; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitUntil polls cond until it holds, failing tb after 5 seconds.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package transport
 
 import (
 	"bytes"
@@ -22,9 +22,9 @@ func TestLazyReaderWait(t *testing.T) {
 				a, b = net.Pipe()
 				t.Cleanup(func() { a.Close(); b.Close() })
 			}
-			var bufs readBuffers
-			sock := newSockReader(b)
-			l := newLazyReader(sock, sock, &bufs)
+			var bufs ReadBuffers
+			sock := NewSockReader(b)
+			l := NewLazyReader(sock, sock, &bufs)
 			if (l.sock != nil) != (kind == "tcp") {
 				t.Fatalf("%s: raw wait %v", kind, l.sock != nil)
 			}
@@ -35,12 +35,12 @@ func TestLazyReaderWait(t *testing.T) {
 			}()
 			var got []byte
 			for {
-				l.wait()
+				l.Wait()
 				chunk := make([]byte, 70000)
-				n, err := l.br.Read(chunk)
+				n, err := l.Reader().Read(chunk)
 				got = append(got, chunk[:n]...)
-				for err == nil && l.br.Buffered() > 0 {
-					n, err = l.br.Read(chunk)
+				for err == nil && l.Reader().Buffered() > 0 {
+					n, err = l.Reader().Read(chunk)
 					got = append(got, chunk[:n]...)
 				}
 				if err != nil {
@@ -49,9 +49,9 @@ func TestLazyReaderWait(t *testing.T) {
 					}
 					break
 				}
-				l.park()
+				l.Park()
 			}
-			l.park()
+			l.Park()
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%s, %d bytes: got %d bytes, not what was sent", kind, size, len(got))
 			}
@@ -64,13 +64,13 @@ func TestLazyReaderWait(t *testing.T) {
 func TestLazyReaderClosedWhileParked(t *testing.T) {
 	t.Parallel()
 	_, b := tcpPair(t, "127.0.0.1:0")
-	var bufs readBuffers
-	sock := newSockReader(b)
-	l := newLazyReader(sock, sock, &bufs)
+	var bufs ReadBuffers
+	sock := NewSockReader(b)
+	l := NewLazyReader(sock, sock, &bufs)
 	done := make(chan error, 1)
 	go func() {
-		l.wait()
-		_, err := l.br.ReadByte()
+		l.Wait()
+		_, err := l.Reader().ReadByte()
 		done <- err
 	}()
 	b.Close()

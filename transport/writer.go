@@ -1,4 +1,4 @@
-package proxy
+package transport
 
 import (
 	"crypto/tls"
@@ -10,10 +10,11 @@ import (
 	"github.com/cqlguard/cqlguard/frame"
 )
 
-// errWriterClosed is returned by writes after the writer has stopped.
-var errWriterClosed = errors.New("connection closed")
+// ErrWriterClosed is the error of a Writer's writes after it has stopped
+// without an error of its socket.
+var ErrWriterClosed = errors.New("connection closed")
 
-// writer writes frames to a socket from several goroutines. Write queues
+// Writer writes frames to a socket from several goroutines. Write queues
 // frames; Push writes what is queued on the calling goroutine, unless
 // another goroutine is writing already, which then writes it too. A path
 // that queues every frame one read of its socket gave and pushes once
@@ -26,10 +27,10 @@ var errWriterClosed = errors.New("connection closed")
 // the flush loop, a goroutine that writes what is queued until nothing is,
 // then ends, so that an idle connection, the many a driver keeps open,
 // costs no goroutine for its writers.
-type writer struct {
+type Writer struct {
 	out    *sockWriter
 	max    int    // pending bytes past which Write blocks
-	budget *bound // max_buffered_bytes_total; nil for no bound
+	budget *Bound // shared with other writers; nil for no bound
 	// held is the bytes queued or being written, taken from budget.
 	held atomic.Int64
 	// stopped is closed, for a Write waiting on the budget.
@@ -54,15 +55,31 @@ type writer struct {
 	waited atomic.Bool // a Write waited for room; see Waited
 	wkick  func()      // w.waitKick, made once
 	// stall, when set, is called with true before a Write waits for room
-	// (its peer does not read, or max_buffered_bytes_total is full), or a
-	// Push for room in the socket, and with false once it stops waiting,
-	// outside the writer's lock: for what others wait on behind this
-	// writer's producers. Set it with SetStall.
+	// (its peer does not read, or its budget is full), or a Push for room
+	// in the socket, and with false once it stops waiting, outside the
+	// writer's lock: for what others wait on behind this writer's
+	// producers. Set it with SetStall.
 	stall func(waiting bool)
 }
 
-// SetStall sets the writer's stall hook, before it is used.
-func (w *writer) SetStall(fn func(waiting bool)) {
+// NewWriter returns a Writer of conn whose Write waits for room rather
+// than queue more than maxPending bytes (a larger frame is queued alone),
+// and that also takes what it holds from budget, a bound shared with other
+// writers, when that is not nil.
+func NewWriter(conn net.Conn, maxPending int, budget *Bound) *Writer {
+	w := &Writer{out: newSockWriter(conn), max: maxPending, budget: budget}
+	w.room.L = &w.mu
+	w.run = w.loop
+	w.wkick = w.waitKick
+	return w
+}
+
+// SetStall sets the writer's stall hook, before the writer is used. fn is
+// called with true before a Write waits for room, or a Push for room in
+// the socket, including the socket under a connection of TLSServer, and
+// with false once it stops waiting; it is called outside the writer's
+// lock.
+func (w *Writer) SetStall(fn func(waiting bool)) {
 	w.stall = fn
 	w.out.stall = fn
 	if c, ok := w.out.conn.(*tls.Conn); ok {
@@ -72,23 +89,9 @@ func (w *writer) SetStall(fn func(waiting bool)) {
 	}
 }
 
-func newWriter(conn net.Conn, maxPending int) *writer {
-	return newBudgetWriter(conn, maxPending, nil)
-}
-
-// newBudgetWriter returns a writer that also takes what it holds from
-// budget, when that is not nil.
-func newBudgetWriter(conn net.Conn, maxPending int, budget *bound) *writer {
-	w := &writer{out: newSockWriter(conn), max: maxPending, budget: budget}
-	w.room.L = &w.mu
-	w.run = w.loop
-	w.wkick = w.waitKick
-	return w
-}
-
 // Write queues one or more whole frames; Push, Flush or Close writes
 // them. It copies f, so the caller may reuse it as soon as Write returns.
-func (w *writer) Write(f []byte) error {
+func (w *Writer) Write(f []byte) error {
 	if w.budget != nil && !w.budget.takeNowHolding(int64(len(f)), &w.held) {
 		w.stalled(true)
 		ok := w.budget.takeOr(int64(len(f)), &w.stopped, &w.held, w.wkick)
@@ -98,7 +101,7 @@ func (w *writer) Write(f []byte) error {
 			err := w.err
 			w.mu.Unlock()
 			if err == nil {
-				err = errWriterClosed
+				err = ErrWriterClosed
 			}
 			return err
 		}
@@ -130,12 +133,12 @@ func (w *writer) Write(f []byte) error {
 }
 
 // mustWait reports whether a Write of n bytes waits for room. w.mu is held.
-func (w *writer) mustWait(n int) bool {
+func (w *Writer) mustWait(n int) bool {
 	return len(w.pending) > 0 && len(w.pending)+n > w.max && !w.closed
 }
 
 // stalled calls w.stall, if set.
-func (w *writer) stalled(waiting bool) {
+func (w *Writer) stalled(waiting bool) {
 	if w.stall != nil {
 		w.stall(waiting)
 	}
@@ -143,10 +146,13 @@ func (w *writer) stalled(waiting bool) {
 
 // Full reports whether the writer holds as much as it queues before a
 // Write waits: its peer is not keeping up.
-func (w *writer) Full() bool { return w.held.Load() >= int64(w.max) }
+func (w *Writer) Full() bool { return w.held.Load() >= int64(w.max) }
+
+// Held reports the bytes the writer holds: queued, or being written.
+func (w *Writer) Held() int64 { return w.held.Load() }
 
 // Waited reports whether a Write waited for room since the last call.
-func (w *writer) Waited() bool {
+func (w *Writer) Waited() bool {
 	// A load, and a store only after a wait: the writer's other users
 	// keep the line in their caches.
 	if !w.waited.Load() {
@@ -157,19 +163,19 @@ func (w *writer) Waited() bool {
 }
 
 // waitKick is kick for a Write about to wait for the budget.
-func (w *writer) waitKick() {
+func (w *Writer) waitKick() {
 	w.waited.Store(true)
 	w.kick()
 }
 
 // refuseLocked gives back the n bytes of a frame a closed writer will not
 // queue, and returns why it stopped. It unlocks w.mu.
-func (w *writer) refuseLocked(n int) error {
+func (w *Writer) refuseLocked(n int) error {
 	err := w.err
 	w.mu.Unlock()
 	w.release(n)
 	if err == nil {
-		err = errWriterClosed
+		err = ErrWriterClosed
 	}
 	return err
 }
@@ -177,11 +183,11 @@ func (w *writer) refuseLocked(n int) error {
 // Offer queues the frame f with its stream id set to stream, without
 // waiting for room, and with kick starts the flush loop: for a frame that
 // another connection's path hands to this writer, which must never wait on
-// this connection's peer. Without kick the caller pushes it later. Its
-// callers offer only while the writer is not Full, or small frames (a
-// refusal, a forwarded hot read) bounded by the requests in flight: what
-// it queues past the bounds is at most a frame per such caller.
-func (w *writer) Offer(f []byte, stream int16, kick bool) error {
+// this connection's peer. Without kick the caller pushes it later. Callers
+// offer only while the writer is not Full, or small frames bounded
+// otherwise (a refusal, a forwarded hot read: by the requests in flight),
+// so that what it queues past its bounds is at most a frame per caller.
+func (w *Writer) Offer(f []byte, stream int16, kick bool) error {
 	if w.budget != nil {
 		w.budget.force(int64(len(f)))
 	}
@@ -206,7 +212,7 @@ func (w *writer) Offer(f []byte, stream int16, kick bool) error {
 // Push writes what is queued, on the calling goroutine, and returns once
 // nothing is; if another goroutine is writing, it returns at once and that
 // one writes it too. It returns the error that stopped the writer, if any.
-func (w *writer) Push() error {
+func (w *Writer) Push() error {
 	// Nothing queued or being written: the request path pushes its client
 	// writer after every read, and it seldom holds an answer, so the lock
 	// the response path also takes is left alone.
@@ -231,13 +237,13 @@ func (w *writer) Push() error {
 // kick starts the flush loop on a goroutine of its own if something is
 // queued and nothing writes it: for a producer about to wait, which must
 // not hold back what it queued.
-func (w *writer) kick() {
+func (w *Writer) kick() {
 	w.mu.Lock()
 	w.kickLocked()
 	w.mu.Unlock()
 }
 
-func (w *writer) kickLocked() {
+func (w *Writer) kickLocked() {
 	if !w.running && len(w.pending) > 0 {
 		w.running = true
 		go w.run()
@@ -247,7 +253,7 @@ func (w *writer) kickLocked() {
 // UseSegments makes every frame queued after this call travel in v5
 // segments. Frames already queued are still written plain, as the
 // handshake requires for READY and AUTHENTICATE.
-func (w *writer) UseSegments(compressed bool) {
+func (w *Writer) UseSegments(compressed bool) {
 	w.mu.Lock()
 	w.raw = len(w.pending)
 	w.segs = frame.NewSegmentWriter(compressed)
@@ -256,7 +262,7 @@ func (w *writer) UseSegments(compressed bool) {
 
 // Flush waits until everything queued so far has been written, or the
 // writer has stopped.
-func (w *writer) Flush() {
+func (w *Writer) Flush() {
 	w.mu.Lock()
 	w.kickLocked()
 	for (len(w.pending) > 0 || w.busy) && !w.closed {
@@ -267,7 +273,7 @@ func (w *writer) Flush() {
 
 // Close stops the writer after it has written what is pending, and waits
 // for that.
-func (w *writer) Close() {
+func (w *Writer) Close() {
 	w.mu.Lock()
 	w.kickLocked()
 	w.closed = true
@@ -282,24 +288,24 @@ func (w *writer) Close() {
 }
 
 // stop lets a Write waiting on the budget go on, to find the writer closed.
-func (w *writer) stop() {
+func (w *Writer) stop() {
 	w.stopped.Store(true)
 	if w.budget != nil {
-		w.budget.wake()
+		w.budget.Wake()
 	}
 }
 
 // release gives back n bytes no longer queued or being written.
-func (w *writer) release(n int) {
+func (w *Writer) release(n int) {
 	w.held.Add(-int64(n))
 	if w.budget != nil {
-		w.budget.give(n)
+		w.budget.Give(int64(n))
 	}
 }
 
 // loop is the flush loop: it writes what is pending until nothing is, then
 // ends.
-func (w *writer) loop() {
+func (w *Writer) loop() {
 	for {
 		w.mu.Lock()
 		if len(w.pending) == 0 {
@@ -347,7 +353,7 @@ func (w *writer) loop() {
 		w.room.Broadcast()
 		w.mu.Unlock()
 		w.release(len(w.spare))
-		// A batch may have grown the buffers up to max_buffered_bytes;
+		// A batch may have grown the buffers up to maxPending;
 		// give large ones back.
 		w.spare = shrink(w.spare, keepBusy)
 		w.wire = shrink(w.wire, keepBusy)
