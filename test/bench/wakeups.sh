@@ -5,7 +5,7 @@
 # calls, goroutines parking (and why) and waking, and Ps going idle.
 # Divide by the requests the trace covers (rate x seconds). cqlguard's
 # socket reads and writes on plain TCP are raw system calls
-# (proxy/sockio.go), which the trace does not show as system calls; count
+# (transport/sockio.go), which the trace does not show as system calls; count
 # those with strace -c -f -p PID instead.
 #
 #	bash test/bench/wakeups.sh trace.out
