@@ -10,7 +10,7 @@ package proxy
 // against its own bounds:
 //
 //   - The answer is handed to each waiting connection's writer without
-//     waiting for room (writer.Offer), but only while that writer is not
+//     waiting for room (Writer.Offer), but only while that writer is not
 //     full; a waiting read whose client is not reading is forwarded on its
 //     own connection instead (reissue), where its answer waits for room.
 //   - A connection whose writer waits for room reads nothing from its

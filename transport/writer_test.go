@@ -199,9 +199,10 @@ func tcpPair(tb testing.TB, addr string) (net.Conn, net.Conn) {
 	return c, peer
 }
 
-// Writers sharing a budget (max_buffered_bytes_total): one that holds bytes waits for
-// room; one that holds none may queue a frame even over the bound; bytes
-// written give room back, and every byte arrives in order.
+// Writers sharing a budget (the proxy's max_buffered_bytes_total): one that
+// holds bytes waits for room; one that holds none may queue a frame even
+// over the bound; bytes written give room back, and every byte arrives in
+// order.
 func TestBufferedBytesTotal(t *testing.T) {
 	var waits atomic.Int32
 	budget := NewBound(1000, func() { waits.Add(1) })
