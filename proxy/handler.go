@@ -58,52 +58,20 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	var class *Classification
 	switch h.Opcode {
 	case frame.OpStartup:
-		// A connection starts once: what it negotiated (compression, the
-		// opt-in, the options its class matched on) is not changed after.
-		if s.started {
-			m.protocolErrors.WithLabelValues("bad_startup").Inc()
-			s.log.Info().Msg("STARTUP on a connection already started; refused")
-			return s.errorAnswer(h, frame.ErrCodeProtocol, "cqlguard: STARTUP on a connection already started")
+		var refused action
+		if f, refused = s.takeStartup(f, h, &req); refused.answer != nil {
+			return refused
 		}
-		var err error
-		if f, err = s.startup(f, h); err != nil {
-			m.protocolErrors.WithLabelValues("bad_startup").Inc()
-			s.log.Info().Err(err).Msg("STARTUP refused")
-			return s.errorAnswer(h, frame.ErrCodeProtocol, err.Error())
-		}
-		req.reply = replyStartup
-		s.awaitingV5.Store(h.Version >= 5)
 	case frame.OpOptions:
 		req.reply = replySupported
 	case frame.OpAuthResponse:
-		// Learned once the upstream accepts the login (handshake.go); a
-		// connection that logged in keeps who it is.
-		if s.authenticated {
-			break
-		}
-		body := f[frame.HeaderSize:]
-		if h.Compressed() {
-			var err error
-			if body, err = s.decompress(body, len(f)); err != nil {
-				body = nil
-			}
-		}
-		req.reply = replyAuth
-		s.pending.principal = s.p.principalOf(s.pending.principal, body)
-		s.learnUser(body)
+		s.takeAuthResponse(f, h, &req)
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
 		var unknown []byte
 		class, unknown = s.classify(f, h, &req)
 		s.prefetchCounters(class, req.set)
-		// A statement the proxy has not seen prepared (prepared before the
-		// proxy started, or forgotten) cannot be classified: the driver is
-		// told to prepare it again, through the proxy.
 		if unknown != nil {
-			m.protocolErrors.WithLabelValues("unprepared").Inc()
-			s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Hex("id", unknown).Msg("statement not prepared through the proxy; answered Unprepared")
-			const msg = "cqlguard: prepared statement not known to the proxy; prepare it again"
-			s.reqScratch = frame.AppendUnprepared(s.reqScratch[:0], h.Version, h.Stream, msg, unknown)
-			return action{answer: s.reqScratch}
+			return s.unprepared(h, unknown)
 		}
 	default:
 		// The upstream answers what it does not know in its own words; the
@@ -128,6 +96,59 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	// What the call holds (its frame, its settings) is not kept past it.
 	s.call = call{}
 	return act
+}
+
+// takeStartup takes in the STARTUP f (h) of req, as it will be forwarded,
+// or refuses it: a connection starts once, and what it negotiated
+// (compression, the opt-in, the options its class matched on) is not
+// changed after.
+func (s *session) takeStartup(f []byte, h frame.Header, req *request) ([]byte, action) {
+	m := s.p.metrics
+	if s.started {
+		m.protocolErrors.WithLabelValues("bad_startup").Inc()
+		s.log.Info().Msg("STARTUP on a connection already started; refused")
+		return nil, s.errorAnswer(h, frame.ErrCodeProtocol, "cqlguard: STARTUP on a connection already started")
+	}
+	f, err := s.startup(f, h)
+	if err != nil {
+		m.protocolErrors.WithLabelValues("bad_startup").Inc()
+		s.log.Info().Err(err).Msg("STARTUP refused")
+		return nil, s.errorAnswer(h, frame.ErrCodeProtocol, err.Error())
+	}
+	req.reply = replyStartup
+	s.awaitingV5.Store(h.Version >= 5)
+	return f, action{}
+}
+
+// takeAuthResponse learns who the AUTH_RESPONSE f (h) of req logs in as,
+// to take effect once the upstream accepts the login (handshake.go); a
+// connection that logged in keeps who it is.
+func (s *session) takeAuthResponse(f []byte, h frame.Header, req *request) {
+	if s.authenticated {
+		return
+	}
+	body := f[frame.HeaderSize:]
+	if h.Compressed() {
+		var err error
+		if body, err = s.decompress(body, len(f)); err != nil {
+			body = nil
+		}
+	}
+	req.reply = replyAuth
+	s.pending.principal = s.p.principalOf(s.pending.principal, body)
+	s.learnUser(body)
+}
+
+// unprepared answers h, which executes the statement prepared as id, with
+// Unprepared: a statement the proxy has not seen prepared (prepared before
+// the proxy started, or forgotten) cannot be classified, so the driver is
+// told to prepare it again, through the proxy.
+func (s *session) unprepared(h frame.Header, id []byte) action {
+	s.p.metrics.protocolErrors.WithLabelValues("unprepared").Inc()
+	s.log.Info().Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Hex("id", id).Msg("statement not prepared through the proxy; answered Unprepared")
+	const msg = "cqlguard: prepared statement not known to the proxy; prepare it again"
+	s.reqScratch = frame.AppendUnprepared(s.reqScratch[:0], h.Version, h.Stream, msg, id)
+	return action{answer: s.reqScratch}
 }
 
 // errorAnswer is the action of answering h's stream with an ERROR of code.

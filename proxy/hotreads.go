@@ -41,6 +41,7 @@ import (
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/hotread"
+	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
 )
 
@@ -252,9 +253,25 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		return action{}, false
 	}
 	hr := s.p.hotReads
+	r := s.identify(h, p, label)
+	gen := hr.gens.At(r.Table, r.Token)
+	if t.ttl > 0 {
+		if ans, ok := hr.cache.Get(s.reqScratch[:0], r, gen, now); ok {
+			frame.SetStream(ans, h.Stream)
+			s.reqScratch = ans
+			t.cached.Inc()
+			return action{answer: ans}, true
+		}
+	}
+	return s.joinOrLead(h, p, t, r, gen, req, now)
+}
+
+// identify makes s.hotRead the identity of the read h of partition p,
+// whose table is label.
+func (s *session) identify(h frame.Header, p *Partition, label ratelimit.Label) *hotread.Read {
 	// The default timestamp that drivers put on every request times
-	// writes; Cassandra does not use it for a read (but for one at
-	// SERIAL, never served here). Left in, no two reads would be alike.
+	// writes; Cassandra does not use it for a read (but for one at SERIAL,
+	// never served here). Left in, no two reads would be alike.
 	body := s.classifier.body
 	if at := s.classifier.timestampAt; at > 0 {
 		s.hotBody = append(s.hotBody[:0], body...)
@@ -268,19 +285,17 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		Keyspace: s.classifier.keyspace, Body: body,
 		Table: uint32(label), Token: p.Token,
 	}
-	gen := hr.gens.At(r.Table, r.Token)
-	if t.ttl > 0 {
-		if ans, ok := hr.cache.Get(s.reqScratch[:0], r, gen, now); ok {
-			frame.SetStream(ans, h.Stream)
-			s.reqScratch = ans
-			t.cached.Inc()
-			return action{answer: ans}, true
-		}
-	}
-	// Join an identical read in flight, or lead one. A read that joins is
-	// in flight on its connection like any other, holding a slot of
-	// max_in_flight, but not one of max_in_flight_per_connection's last:
-	// at that bound it is forwarded, and waits there.
+	return r
+}
+
+// joinOrLead has the read r, at gen, of partition p of table t join an
+// identical read in flight, or lead one. A read that joins is in flight on
+// its connection like any other, holding a slot of max_in_flight, but not
+// one of max_in_flight_per_connection's last: at that bound it is
+// forwarded, and waits there. It returns the action and true when r
+// joined; a read that leads is forwarded, noted in req.
+func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotread.Read, gen hotread.Gen, req *request, now int64) (action, bool) {
+	hr := s.p.hotReads
 	if !s.p.inflight.TakeNow(1) {
 		t.uncoalesced.Inc()
 		return action{}, false

@@ -17,30 +17,13 @@ import (
 // it. What is here is the transport's: buffers, budgets, the stream table,
 // back-pressure and the v5 switch.
 func (s *session) serveRequests() error {
-	m := s.p.metrics
 	for {
 		// Read a frame. Frames the proxy cannot take are answered, not
 		// dropped, so the driver's request never waits for nothing. With
 		// nothing buffered, wait for the client without a read buffer.
 		s.giveDecompressed()
 		if s.fromClient.Buffered() == 0 {
-			if s.heldLarge {
-				s.classifier.release()
-				s.decomp.Release()
-				if cap(s.rewritten) > largeFrame {
-					s.rewritten = nil
-				}
-				s.heldLarge = false
-			}
-			// What the next read brings has not waited behind anything.
-			s.queuedSince = 0
-			// The last frame is done with: an idle connection holds
-			// nothing of max_frame_bytes_total.
-			s.fromClient.Release()
-			s.fromClient.Shrink()
-			// Everything this read gave is handled: one write each way
-			// for all of it.
-			if err := s.push(); err != nil {
+			if err := s.idle(); err != nil {
 				return err
 			}
 			s.clientIn.Park()
@@ -48,58 +31,15 @@ func (s *session) serveRequests() error {
 		}
 		f, h, err := s.fromClient.Next()
 		if err != nil {
-			var tooLarge *frame.TooLargeError
-			var version *frame.UnsupportedVersionError
-			switch {
-			case errors.As(err, &tooLarge):
-				m.protocolErrors.WithLabelValues("frame_too_large").Inc()
-				s.log.Warn().Int("bytes", h.Length).Str("opcode", h.Opcode.String()).Msg("request frame too large")
-				s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
-				continue
-			case errors.As(err, &version):
-				// Drivers ask for the highest version they know and step
-				// down when refused (the Python driver starts at DSE's 65
-				// and 66): that is negotiation, not an error. Any other
-				// first byte is a client that does not speak CQL.
-				if negotiating(version.Version) {
-					m.versionRefusals.Inc()
-					s.log.Debug().Uint8("version", version.Version).Msg("protocol version not spoken; the driver may ask for a lower one")
-				} else {
-					m.protocolErrors.WithLabelValues("unsupported_version").Inc()
-					s.log.Info().Uint8("version", version.Version).Msg("unsupported protocol version")
-				}
-				s.refuseVersion(version)
-				return errVersionRefused
+			if err = s.readFailed(h, err); err != nil {
+				return err
 			}
-			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
-				// Half a frame and then nothing: there is no stream to
-				// answer on, so the connection ends.
-				m.protocolErrors.WithLabelValues("client_stalled").Inc()
-				return fmt.Errorf("client sent part of a frame and nothing more for %s (frame_timeout): %w",
-					time.Duration(s.p.cfg.FrameTimeout), err)
-			}
-			var cut *frame.TruncatedError
-			switch {
-			case errors.Is(err, net.ErrClosed):
-				// The session closed the connection, as its upstream was
-				// lost or a write to the client failed first: the client
-				// sent nothing wrong, whatever it was sending.
-			case errors.As(err, &cut):
-				// A client that leaves part way through a frame loses the
-				// request it had begun: not malformed, but not a clean end.
-				m.protocolErrors.WithLabelValues("truncated_frame").Inc()
-				return fmt.Errorf("client left part way through a frame: %w", err)
-			case clientLeft(err):
-				// Closed or reset between frames: the client has left.
-			default:
-				m.protocolErrors.WithLabelValues("bad_request_frame").Inc()
-			}
-			return err
+			continue
 		}
 		// The next frame gets a frame_timeout of its own, not what is left
 		// of this one's, however long the request path waits meanwhile.
 		s.guard.rearm()
-		m.frame(dirRequest, h.Opcode, len(f))
+		s.p.metrics.frame(dirRequest, h.Opcode, len(f))
 		s.heldLarge = s.heldLarge || len(f) > largeFrame
 		now := s.now()
 		act := s.handle(f, h, now)
@@ -110,105 +50,209 @@ func (s *session) serveRequests() error {
 		if act.joined {
 			continue
 		}
-		f, req := act.forward, act.req
-
-		// Forward. A slot of max_in_flight first: at that bound nothing
-		// more is read from this client until some request is answered.
-		// A request behind another that waited for one, in the same read
-		// from the client, has waited inside the proxy since then too:
-		// queuedSince is when. The request's upstream latency counts from
-		// when it has its slot, so that the node is not blamed for the
-		// proxy's own queue.
-		waitedFrom := s.queuedSince
-		if !s.p.inflight.TakeNowFair(1) {
-			if waitedFrom == 0 {
-				waitedFrom = now
-				s.queuedSince = now
-			}
-			if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
-				// Never begun, so no one else ends the flight it leads.
-				if req.flight != nil {
-					s.p.hotReads.orphan(req.flight)
-				}
-				return net.ErrClosed
-			}
-		}
-		if waitedFrom != 0 {
-			req.start = s.now()
-		}
-		// The stream is recorded before forwarding so that a fast response
-		// finds it.
-		max := s.p.cfg.MaxInFlightPerConnection
-		s.mu.Lock()
-		if s.streams.inflight == 0 {
-			s.activity++ // the upstream's silence counts from now
-		}
-		// A hot read led while the client's writer waits for room would be
-		// answered to nobody until it has room (clientStall).
-		var orphaned *hotread.Flight[waiter]
-		if req.flight != nil && s.clientWaiting() {
-			orphaned, req.flight = req.flight, nil
-		}
-		// badStream saw the id free, and only this path begins streams.
-		s.streams.begin(h.Stream, req)
-		if awaited(&req) {
-			s.awaiting.Store(true)
-		}
-		full := max > 0 && s.streams.inflight >= max
-		s.mu.Unlock()
-		if orphaned != nil {
-			s.p.hotReads.orphan(orphaned)
-		}
-		if req.use && s.joined.Load() > 0 {
-			// The reads of this client waiting on others' are forwarded
-			// now, ahead of the USE, if at all: handed on after it, they
-			// would run in the keyspace it sets.
-			s.expireWaits(-1)
-		}
-		if err := s.toUpstream.Write(f); err != nil {
-			return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
-		}
-		// How long the request waited inside the proxy, for its slot and
-		// for room in the upstream's writer, is the shedding queue's
-		// signal; the clock is read only when it waited.
-		if sh := s.p.shedding; sh != nil {
-			switch w := s.toUpstream.Waited(); {
-			case waitedFrom != 0:
-				sh.queue.Observe(waitedFrom, s.now()-waitedFrom)
-			case w:
-				sh.queue.Observe(now, s.now()-now)
-			default:
-				sh.queue.Observe(now, 0)
-			}
-		}
-		// Write copied the frame: give its share of max_frame_bytes_total
-		// back before waiting on anything.
-		s.fromClient.Release()
-		s.giveDecompressed()
-		// Back-pressure: with as many requests in flight as allowed, read
-		// nothing more from this client until one is answered.
-		if full {
-			m.inFlightWaits.Inc()
-			if err := s.push(); err != nil {
-				return err
-			}
-			s.mu.Lock()
-			for s.streams.inflight >= max && !s.halted {
-				s.full = true
-				s.room.Wait()
-			}
-			s.mu.Unlock()
-		}
-		if awaited(&req) {
-			// What follows is read (v5 segments, compression), classified
-			// (the keyspace) or charged (the class) as this request's
-			// answer says: wait for it.
-			if err := s.push(); err != nil {
-				return err
-			}
-			s.settled(h, &req, <-s.answered)
+		if err := s.forward(act.forward, h, act.req, now); err != nil {
+			return err
 		}
 	}
+}
+
+// idle lets go of what the last frames held, before the request path waits
+// for the client with nothing buffered, and writes what they queued.
+func (s *session) idle() error {
+	if s.heldLarge {
+		s.classifier.release()
+		s.decomp.Release()
+		if cap(s.rewritten) > largeFrame {
+			s.rewritten = nil
+		}
+		s.heldLarge = false
+	}
+	// What the next read brings has not waited behind anything.
+	s.queuedSince = 0
+	// The last frame is done with: an idle connection holds
+	// nothing of max_frame_bytes_total.
+	s.fromClient.Release()
+	s.fromClient.Shrink()
+	// Everything this read gave is handled: one write each way
+	// for all of it.
+	return s.push()
+}
+
+// readFailed answers, counts and logs what the client's reader could not
+// read, h the header it read if any. It returns nil when the connection
+// goes on (a frame too large, answered on its stream), and otherwise the
+// error that ends it.
+func (s *session) readFailed(h frame.Header, err error) error {
+	m := s.p.metrics
+	var tooLarge *frame.TooLargeError
+	var version *frame.UnsupportedVersionError
+	switch {
+	case errors.As(err, &tooLarge):
+		m.protocolErrors.WithLabelValues("frame_too_large").Inc()
+		s.log.Warn().Int("bytes", h.Length).Str("opcode", h.Opcode.String()).Msg("request frame too large")
+		s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
+		return nil
+	case errors.As(err, &version):
+		// Drivers ask for the highest version they know and step
+		// down when refused (the Python driver starts at DSE's 65
+		// and 66): that is negotiation, not an error. Any other
+		// first byte is a client that does not speak CQL.
+		if negotiating(version.Version) {
+			m.versionRefusals.Inc()
+			s.log.Debug().Uint8("version", version.Version).Msg("protocol version not spoken; the driver may ask for a lower one")
+		} else {
+			m.protocolErrors.WithLabelValues("unsupported_version").Inc()
+			s.log.Info().Uint8("version", version.Version).Msg("unsupported protocol version")
+		}
+		s.refuseVersion(version)
+		return errVersionRefused
+	}
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		// Half a frame and then nothing: there is no stream to
+		// answer on, so the connection ends.
+		m.protocolErrors.WithLabelValues("client_stalled").Inc()
+		return fmt.Errorf("client sent part of a frame and nothing more for %s (frame_timeout): %w",
+			time.Duration(s.p.cfg.FrameTimeout), err)
+	}
+	var cut *frame.TruncatedError
+	switch {
+	case errors.Is(err, net.ErrClosed):
+		// The session closed the connection, as its upstream was
+		// lost or a write to the client failed first: the client
+		// sent nothing wrong, whatever it was sending.
+	case errors.As(err, &cut):
+		// A client that leaves part way through a frame loses the
+		// request it had begun: not malformed, but not a clean end.
+		m.protocolErrors.WithLabelValues("truncated_frame").Inc()
+		return fmt.Errorf("client left part way through a frame: %w", err)
+	case clientLeft(err):
+		// Closed or reset between frames: the client has left.
+	default:
+		m.protocolErrors.WithLabelValues("bad_request_frame").Inc()
+	}
+	return err
+}
+
+// takeSlot takes a slot of max_in_flight for req, read at now: at that
+// bound nothing more is read from this client until some request is
+// answered. A request behind another that waited for one, in the same read
+// from the client, has waited inside the proxy since then too: queuedSince
+// is when. The request's upstream latency counts from when it has its
+// slot, so that the node is not blamed for the proxy's own queue. It
+// returns when the request began to wait, 0 if it did not.
+func (s *session) takeSlot(req *request, now int64) (waitedFrom int64, err error) {
+	waitedFrom = s.queuedSince
+	if !s.p.inflight.TakeNowFair(1) {
+		if waitedFrom == 0 {
+			waitedFrom = now
+			s.queuedSince = now
+		}
+		if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
+			// Never begun, so no one else ends the flight it leads.
+			if req.flight != nil {
+				s.p.hotReads.orphan(req.flight)
+			}
+			return 0, net.ErrClosed
+		}
+	}
+	if waitedFrom != 0 {
+		req.start = s.now()
+	}
+	return waitedFrom, nil
+}
+
+// waitForRoom writes what the request path queued and waits until the
+// connection has fewer than max requests in flight, or the session ends.
+func (s *session) waitForRoom(max int) error {
+	s.p.metrics.inFlightWaits.Inc()
+	if err := s.push(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for s.streams.inflight >= max && !s.halted {
+		s.full = true
+		s.room.Wait()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// forward forwards the frame f of the request req, whose header is h, read
+// at now: it takes a slot of max_in_flight, records the stream, writes the
+// frame upstream, and holds the request path back while the connection has
+// as many requests in flight as allowed, or while req's answer decides how
+// what follows is read.
+func (s *session) forward(f []byte, h frame.Header, req request, now int64) error {
+	waitedFrom, err := s.takeSlot(&req, now)
+	if err != nil {
+		return err
+	}
+	// The stream is recorded before forwarding so that a fast response
+	// finds it.
+	max := s.p.cfg.MaxInFlightPerConnection
+	s.mu.Lock()
+	if s.streams.inflight == 0 {
+		s.activity++ // the upstream's silence counts from now
+	}
+	// A hot read led while the client's writer waits for room would be
+	// answered to nobody until it has room (clientStall).
+	var orphaned *hotread.Flight[waiter]
+	if req.flight != nil && s.clientWaiting() {
+		orphaned, req.flight = req.flight, nil
+	}
+	// badStream saw the id free, and only this path begins streams.
+	s.streams.begin(h.Stream, req)
+	if awaited(&req) {
+		s.awaiting.Store(true)
+	}
+	full := max > 0 && s.streams.inflight >= max
+	s.mu.Unlock()
+	if orphaned != nil {
+		s.p.hotReads.orphan(orphaned)
+	}
+	if req.use && s.joined.Load() > 0 {
+		// The reads of this client waiting on others' are forwarded
+		// now, ahead of the USE, if at all: handed on after it, they
+		// would run in the keyspace it sets.
+		s.expireWaits(-1)
+	}
+	if err := s.toUpstream.Write(f); err != nil {
+		return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
+	}
+	// How long the request waited inside the proxy, for its slot and
+	// for room in the upstream's writer, is the shedding queue's
+	// signal; the clock is read only when it waited.
+	if sh := s.p.shedding; sh != nil {
+		switch w := s.toUpstream.Waited(); {
+		case waitedFrom != 0:
+			sh.queue.Observe(waitedFrom, s.now()-waitedFrom)
+		case w:
+			sh.queue.Observe(now, s.now()-now)
+		default:
+			sh.queue.Observe(now, 0)
+		}
+	}
+	// Write copied the frame: give its share of max_frame_bytes_total
+	// back before waiting on anything.
+	s.fromClient.Release()
+	s.giveDecompressed()
+	// Back-pressure: with as many requests in flight as allowed, read
+	// nothing more from this client until one is answered.
+	if full {
+		if err := s.waitForRoom(max); err != nil {
+			return err
+		}
+	}
+	if awaited(&req) {
+		// What follows is read (v5 segments, compression), classified
+		// (the keyspace) or charged (the class) as this request's
+		// answer says: wait for it.
+		if err := s.push(); err != nil {
+			return err
+		}
+		s.settled(h, &req, <-s.answered)
+	}
+	return nil
 }
 
 // push writes what the request path queued both ways: the requests it
