@@ -54,23 +54,29 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 
 	// Classify: what the proxy must do with the response, and which tables,
 	// operation and partitions the request touches.
-	req := request{start: now, version: h.Version, set: s.p.settings.Load()}
+	// The request is made in the session's call, which the stages are
+	// handed (pipeline.go), rather than copied there.
+	c := &s.call
+	c.req = request{start: now, version: h.Version, set: s.p.settings.Load()}
+	req := &c.req
 	var class *Classification
 	switch h.Opcode {
 	case frame.OpStartup:
 		var refused action
-		if f, refused = s.takeStartup(f, h, &req); refused.answer != nil {
+		if f, refused = s.takeStartup(f, h, req); refused.answer != nil {
+			*c = call{}
 			return refused
 		}
 	case frame.OpOptions:
 		req.reply = replySupported
 	case frame.OpAuthResponse:
-		s.takeAuthResponse(f, h, &req)
+		s.takeAuthResponse(f, h, req)
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
 		var unknown []byte
-		class, unknown = s.classify(f, h, &req)
+		class, unknown = s.classify(f, h, req)
 		s.prefetchCounters(class, req.set)
 		if unknown != nil {
+			*c = call{}
 			return s.unprepared(h, unknown)
 		}
 	default:
@@ -91,10 +97,10 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 		f = s.dropUsingTimeout(f, h)
 	}
 
-	s.call = call{h: h, f: f, classified: class, req: req, now: now}
-	act := s.admit(&s.call)
+	c.h, c.f, c.classified, c.now = h, f, class, now
+	act := s.admit(c)
 	// What the call holds (its frame, its settings) is not kept past it.
-	s.call = call{}
+	*c = call{}
 	return act
 }
 

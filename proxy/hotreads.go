@@ -230,27 +230,27 @@ func serial(cl uint16) bool { return cl == 0x0008 || cl == 0x0009 }
 // joining an identical read in flight, when its partition is hot and its
 // table takes part. It returns the action and true when it served it;
 // otherwise the read is forwarded, and req says whether it leads a flight.
-func (s *session) serveHot(h frame.Header, c *Classification, req *request, tables *hotTables, now int64) (action, bool) {
+func (s *session) serveHot(h frame.Header, c *Classification, req *request, tables *hotTables, now int64) (outcome, bool) {
 	if !c.Pinned || len(c.Partitions) != 1 || c.LWT || c.Internal || c.Partitions[0].Table == nil ||
 		h.Opcode != frame.OpQuery && h.Opcode != frame.OpExecute ||
 		h.Flags&(frame.FlagTracing|frame.FlagCustomPayload) != 0 ||
 		serial(s.classifier.consistency) || s.classifier.body == nil || len(s.classifier.body) > maxHotRequest {
-		return action{}, false
+		return outcome{}, false
 	}
 	p := &c.Partitions[0]
 	t := tables.table(p.Table)
 	if t == nil {
-		return action{}, false
+		return outcome{}, false
 	}
 	// Counted by /hot's sketch here, served or not, as decide would.
 	label := labelOf(p.Table, OpRead)
 	if s.p.hotSketch != nil {
 		c.observed = true
 		if s.p.hotSketch.ObserveTaggedAt(s.p.epochUnix+now, p.Token, label, p.Key, s.clientClassTag()) < t.rate {
-			return action{}, false
+			return outcome{}, false
 		}
 	} else if t.rate > 0 {
-		return action{}, false
+		return outcome{}, false
 	}
 	hr := s.p.hotReads
 	r := s.identify(h, p, label)
@@ -260,7 +260,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 			frame.SetStream(ans, h.Stream)
 			s.reqScratch = ans
 			t.cached.Inc()
-			return action{answer: ans}, true
+			return outcome{answer: ans}, true
 		}
 	}
 	return s.joinOrLead(h, p, t, r, gen, req, now)
@@ -294,11 +294,11 @@ func (s *session) identify(h frame.Header, p *Partition, label ratelimit.Label) 
 // one of max_in_flight_per_connection's last: at that bound it is
 // forwarded, and waits there. It returns the action and true when r
 // joined; a read that leads is forwarded, noted in req.
-func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotread.Read, gen hotread.Gen, req *request, now int64) (action, bool) {
+func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotread.Read, gen hotread.Gen, req *request, now int64) (outcome, bool) {
 	hr := s.p.hotReads
 	if !s.p.inflight.TakeNow(1) {
 		t.uncoalesced.Inc()
-		return action{}, false
+		return outcome{}, false
 	}
 	max := s.p.cfg.MaxInFlightPerConnection
 	s.mu.Lock()
@@ -309,7 +309,7 @@ func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotre
 		s.mu.Unlock()
 		s.p.inflight.Give(1)
 		t.uncoalesced.Inc()
-		return action{}, false
+		return outcome{}, false
 	}
 	s.joinSeq++
 	fl, joined := hr.flights.Join(r, gen, waiter{s, h.Stream, s.joinSeq})
@@ -326,18 +326,18 @@ func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotre
 		s.joined.Add(1)
 		s.mu.Unlock()
 		t.coalesced.Inc()
-		return action{joined: true}, true
+		return outcome{joined: true}, true
 	}
 	s.mu.Unlock()
 	s.p.inflight.Give(1)
 	if fl == nil {
 		t.uncoalesced.Inc()
-		return action{}, false
+		return outcome{}, false
 	}
 	// Counted as forwarded or refused once its limit decided.
 	s.leading = t
 	req.flight, req.gen, req.ttl = fl, gen, t.ttl
-	return action{}, false
+	return outcome{}, false
 }
 
 // land hands the answer f to the reads that waited on the flight req led,

@@ -10,19 +10,29 @@ import (
 	"github.com/cqlguard/cqlguard/frame"
 )
 
-// A stage is one feature's part in the path of a request.
+// A stage is one feature's part in the path of a request. It may also be
+// a decider, an answerer, or both: it has the hooks it needs.
 type stage interface {
 	// admit runs on the request path, in the order of stages, for every
 	// request frame past the handshake's own. It ends the request's path
-	// by returning an action and true: a refusal (refuse), or a request
+	// by returning its outcome and true: a refusal (refuse), or a request
 	// served without the upstream.
-	admit(s *session, c *call) (action, bool)
-	// decided runs, in reverse order, for each stage whose admit let c
-	// pass, once its path is decided: act is the answer a later stage
-	// ended it with, or the frame forwarded.
-	decided(s *session, c *call, act action)
-	// answered runs on the response path, in order, when the upstream
-	// answers a request the pipeline forwarded.
+	admit(s *session, c *call) (outcome, bool)
+}
+
+// A decider is a stage that learns how the path of a request it let pass
+// was decided.
+type decider interface {
+	// decided runs, in reverse order, for each decider whose admit let c
+	// pass, once its path is decided: o is how a later stage ended it,
+	// zero when it is forwarded.
+	decided(s *session, c *call, o outcome)
+}
+
+// An answerer is a stage with something to do with the upstream's answers.
+type answerer interface {
+	// answered runs on the response path, in the order of stages, when
+	// the upstream answers a request the pipeline forwarded.
 	answered(s *session, a *answer)
 }
 
@@ -38,6 +48,39 @@ var stages = [...]stage{
 	limitStage{},   // stage_limits.go: per-partition limits and units
 	unitStage{},    // stage_units.go: what requests are charged
 	schemaStage{},  // stage_schema.go: the schema reloaded after DDL
+}
+
+// deciders and answerers are the stages with those hooks, in the order of
+// stages, found once: a request pays only for the hooks there are.
+var (
+	deciders  = stagesWith[decider]()
+	answerers = stagesWith[answerer]()
+)
+
+// hook is a stage's hook of kind H, and the stage's place in stages.
+type hook[H any] struct {
+	at int
+	h  H
+}
+
+// stagesWith returns the stages that have hooks of kind H.
+func stagesWith[H any]() []hook[H] {
+	var hs []hook[H]
+	for i, st := range stages {
+		if h, ok := st.(H); ok {
+			hs = append(hs, hook[H]{i, h})
+		}
+	}
+	return hs
+}
+
+// outcome is how a stage ends a request's path: answered (a refusal, or a
+// read served from the cache), or joined to an identical read in flight
+// (hot reads). The zero outcome is a request forwarded. Small, unlike
+// action, since each stage hook passes one.
+type outcome struct {
+	answer []byte // in the session's scratch space
+	joined bool
 }
 
 // call is a request frame as the stages see it. The request path keeps
@@ -65,39 +108,31 @@ type answer struct {
 }
 
 // admit runs c through the stages: the first that ends its path decides
-// it; otherwise it is forwarded. Either way, the stages that let it pass
+// it; otherwise it is forwarded. Either way, the deciders that let it pass
 // are told.
 func (s *session) admit(c *call) action {
-	act := action{forward: c.f}
+	var o outcome
 	n := len(stages)
-	for i, st := range stages {
-		if a, done := st.admit(s, c); done {
-			act, n = a, i
+	for i := range stages {
+		if out, done := stages[i].admit(s, c); done {
+			o, n = out, i
 			break
 		}
 	}
-	for i := n - 1; i >= 0; i-- {
-		stages[i].decided(s, c, act)
+	for i := len(deciders) - 1; i >= 0; i-- {
+		if d := deciders[i]; d.at < n {
+			d.h.decided(s, c, o)
+		}
 	}
-	if act.forward != nil {
-		act.req = c.req
+	if o.answer != nil || o.joined {
+		return action{answer: o.answer, joined: o.joined}
 	}
-	return act
+	return action{forward: c.f, req: c.req}
 }
 
-// stagesAnswered runs the stages' answered hooks for a.
+// stagesAnswered runs the answerers' hooks for a.
 func (s *session) stagesAnswered(a *answer) {
-	for _, st := range stages {
-		st.answered(s, a)
+	for _, st := range answerers {
+		st.h.answered(s, a)
 	}
 }
-
-// noAnswer and noDecision are the hooks of a stage that has nothing to do
-// once its request is decided or answered.
-type (
-	noAnswer   struct{}
-	noDecision struct{}
-)
-
-func (noAnswer) answered(*session, *answer)        {}
-func (noDecision) decided(*session, *call, action) {}

@@ -50,10 +50,10 @@ func (k refusalKind) String() string {
 // refuse ends the path of the request of c with r, or, in a dry run, lets
 // it pass, counted as what would have been refused. It returns the answer
 // and true when it refused.
-func (s *session) refuse(c *call, r refusal, dryRun bool) (action, bool) {
+func (s *session) refuse(c *call, r refusal, dryRun bool) (outcome, bool) {
 	s.countRefusal(r, dryRun)
 	if dryRun {
-		return action{}, false
+		return outcome{}, false
 	}
 	s.log.Debug().Int16("stream", c.h.Stream).Stringer("refused", r.kind).Msg("request refused")
 	v := c.h.Version
@@ -61,7 +61,7 @@ func (s *session) refuse(c *call, r refusal, dryRun bool) (action, bool) {
 		v = 4
 	}
 	s.reqScratch = s.appendRefusal(s.reqScratch[:0], v, c.h.Stream, r)
-	return action{answer: s.reqScratch}, true
+	return outcome{answer: s.reqScratch}, true
 }
 
 // countRefusal counts r: refused, or let through in a dry run.

@@ -107,14 +107,20 @@ func (s *session) answerTooLarge(h frame.Header, err error) {
 // waits on. It reports whether the session, draining, has nothing left in
 // flight.
 func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle bool, err error) {
+	// The request is ended into the session's answer, which the stages are
+	// handed, rather than copied there; nothing of it is kept past it.
+	a := &s.answering
+	defer func() { *a = answer{} }()
+	req := &a.req
+	var ok bool
 	verdict, awaited := refused, false
 	s.mu.Lock()
 	s.activity++
-	req, ok := s.streams.end(h.Stream)
+	*req, ok = s.streams.end(h.Stream)
 	idle = s.draining && s.streams.inflight == 0
 	comp := s.compression
 	if s.awaiting.Load() {
-		verdict, awaited = s.verdictOf(&req, ok, h)
+		verdict, awaited = s.verdictOf(req, ok, h)
 		if awaited && verdict == accepted && req.reply == replyStartup {
 			// What the upstream sends after READY or AUTHENTICATE is
 			// compressed as the STARTUP asked.
@@ -126,11 +132,12 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 	s.mu.Unlock()
 	if ok {
 		s.p.inflight.Give(1)
-		s.answeredRequest(f, h, req, comp, t.timed(s.clientWaits.Load()))
+		a.f, a.h, a.now, a.timed = f, h, s.now(), t.timed(s.clientWaits.Load())
+		s.answeredRequest(a, comp)
 	}
 	if h.Opcode == frame.OpEvent || req.reply != replyForward {
 		var keep bool
-		if f, keep = s.rewriteForClient(f, h, req, comp, awaited); !keep {
+		if f, keep = s.rewriteForClient(f, h, *req, comp, awaited); !keep {
 			return false, nil
 		}
 	}
@@ -151,24 +158,20 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 	return idle, nil
 }
 
-// answeredRequest does what the answer f (h) to req does before the
-// client sees it (the stages' answered hooks, the connection's keyspace);
-// timed says whether its time is the node's latency.
-func (s *session) answeredRequest(f []byte, h frame.Header, req request, comp frame.Compression, timed bool) {
-	now := s.now()
+// answeredRequest does what the answer a does before the client sees it
+// (the stages' answered hooks, the connection's keyspace).
+func (s *session) answeredRequest(a *answer, comp frame.Compression) {
 	// The node's latency, for the histogram and for shedding, is not what
 	// a client that does not read makes it look.
-	if timed {
-		s.p.metrics.upstreamLatency.Observe(float64(now-req.start) / 1e9)
+	if a.timed {
+		s.p.metrics.upstreamLatency.Observe(float64(a.now-a.req.start) / 1e9)
 	}
-	if req.use && h.Opcode == frame.OpResult {
-		s.learnKeyspace(f, h, comp)
+	if a.req.use && a.h.Opcode == frame.OpResult {
+		s.learnKeyspace(a.f, a.h, comp)
 	}
 	// Before the client sees the answer: a read it sends next must not be
 	// served from before its write (the hot reads' stage).
-	s.answering = answer{f: f, h: h, req: req, now: now, timed: timed}
-	s.stagesAnswered(&s.answering)
-	s.answering = answer{}
+	s.stagesAnswered(a)
 }
 
 // rewriteForClient rewrites f (h), the answer to req or an event, as its

@@ -4,10 +4,7 @@ package proxy
 // class in debt on its budget is refused; any other is noted with its
 // class, which the units stage charges as it is forwarded and once
 // answered.
-type classStage struct {
-	noDecision
-	noAnswer
-}
+type classStage struct{}
 
 // classState is the connection's part of client classes, request path
 // only: what is known of the client, whether it changed since its class
@@ -19,9 +16,9 @@ type classState struct {
 	clientClass     *clientClass
 }
 
-func (classStage) admit(s *session, c *call) (action, bool) {
+func (classStage) admit(s *session, c *call) (outcome, bool) {
 	if c.classified == nil || c.classified.Internal {
-		return action{}, false
+		return outcome{}, false
 	}
 	cl := s.clientOf(c.req.set.clients)
 	cl.requests.Inc()
@@ -31,5 +28,5 @@ func (classStage) admit(s *session, c *call) (action, bool) {
 		}
 	}
 	c.req.client, c.req.size = cl, int32(len(c.f))
-	return action{}, false
+	return outcome{}, false
 }

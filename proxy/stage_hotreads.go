@@ -30,14 +30,14 @@ type hotReadState struct {
 	joined  atomic.Int32
 }
 
-func (hotReadStage) admit(s *session, c *call) (action, bool) {
+func (hotReadStage) admit(s *session, c *call) (outcome, bool) {
 	tables := c.req.set.hotReads
 	if tables == nil {
-		return action{}, false
+		return outcome{}, false
 	}
 	c.req.wrote = s.writes(c.h, c.classified, c.req.use)
 	if c.classified == nil || c.classified.Op != OpRead {
-		return action{}, false
+		return outcome{}, false
 	}
 	return s.serveHot(c.h, c.classified, &c.req, tables, c.now)
 }
@@ -45,17 +45,17 @@ func (hotReadStage) admit(s *session, c *call) (action, bool) {
 // decided counts the read that leads a flight as forwarded, or, refused by
 // its partition's limit, refuses with it the reads that joined it: their
 // partition is over its limit too.
-func (hotReadStage) decided(s *session, c *call, act action) {
+func (hotReadStage) decided(s *session, c *call, o outcome) {
 	fl := c.req.flight
 	if fl == nil {
 		return
 	}
-	if act.answer == nil {
+	if o.answer == nil {
 		s.leading.forwarded.Inc()
 		return
 	}
 	s.leading.refused.Inc()
-	s.p.hotReads.refuseFlight(fl, act.answer)
+	s.p.hotReads.refuseFlight(fl, o.answer)
 }
 
 func (hotReadStage) answered(s *session, a *answer) {

@@ -4,10 +4,7 @@ package proxy
 // over its partition's limit, or its budget in request units, is answered
 // here and never costs the upstream anything. Only requests that reach it
 // count: a read served by the hot reads' stage costs the upstream nothing.
-type limitStage struct {
-	noDecision
-	noAnswer
-}
+type limitStage struct{}
 
 // limitState is the connection's part of the limits, request path only.
 type limitState struct {
@@ -23,9 +20,9 @@ type limitState struct {
 	lastTable tableLimits
 }
 
-func (limitStage) admit(s *session, c *call) (action, bool) {
+func (limitStage) admit(s *session, c *call) (outcome, bool) {
 	if c.classified == nil {
-		return action{}, false
+		return outcome{}, false
 	}
 	if s.p.observe != nil {
 		s.p.observe(c.classified)
@@ -35,7 +32,7 @@ func (limitStage) admit(s *session, c *call) (action, bool) {
 		c.req.charges, c.req.nCharges = s.charges, s.nCharges
 	}
 	if !over {
-		return action{}, false
+		return outcome{}, false
 	}
 	kind := refusedLimit
 	if r.tooMany > 0 {

@@ -7,15 +7,13 @@ import "github.com/cqlguard/cqlguard/frame"
 // reads come from it. Only a statement that ran can have changed it: an
 // error (say, to garbage CQL sent in a loop) must not keep the schema
 // loader reloading.
-type schemaStage struct {
-	noDecision
-}
+type schemaStage struct{}
 
-func (schemaStage) admit(s *session, c *call) (action, bool) {
+func (schemaStage) admit(s *session, c *call) (outcome, bool) {
 	if cl := c.classified; cl != nil {
 		c.req.ddl = cl.Op == OpNone && !cl.Internal
 	}
-	return action{}, false
+	return outcome{}, false
 }
 
 func (schemaStage) answered(s *session, a *answer) {

@@ -11,9 +11,7 @@ import (
 // units are multiplied by its price. Its draw is the session's own random
 // number, so that nothing is shared between connections. Each answer the
 // node's latency can be read from feeds the node's signals.
-type shedStage struct {
-	noDecision
-}
+type shedStage struct{}
 
 // shedState is the connection's part of shedding: the upstream node's
 // signals, nil when shedding is off, and the request path's random state.
@@ -22,10 +20,10 @@ type shedState struct {
 	rng  uint64
 }
 
-func (shedStage) admit(s *session, c *call) (action, bool) {
+func (shedStage) admit(s *session, c *call) (outcome, bool) {
 	sh, n, cl := s.p.shedding, s.node, c.req.client
 	if n == nil || cl == nil {
-		return action{}, false
+		return outcome{}, false
 	}
 	tier := config.DefaultTier
 	if s.clientClass != nil {
@@ -48,10 +46,10 @@ func (shedStage) admit(s *session, c *call) (action, bool) {
 			sh.pricedByTier[t].Inc()
 			c.req.price = float32(1 + (sh.cfg.MaxPrice-1)*f)
 		}
-		return action{}, false
+		return outcome{}, false
 	}
 	if !n.ctl.Shed(tier, s.draw()) {
-		return action{}, false
+		return outcome{}, false
 	}
 	return s.refuse(c, refusal{kind: refusedShed, tier: tier, node: n}, dryRun)
 }

@@ -4,15 +4,13 @@ package proxy
 // their class's budget and to the partitions with budgets in units, part
 // as each is forwarded and the rest once it is answered. It runs last, for
 // requests that are forwarded.
-type unitStage struct {
-	noDecision
-}
+type unitStage struct{}
 
-func (unitStage) admit(s *session, c *call) (action, bool) {
+func (unitStage) admit(s *session, c *call) (outcome, bool) {
 	if sentCharged(&c.req) {
 		s.chargeSent(&c.req, c.now)
 	}
-	return action{}, false
+	return outcome{}, false
 }
 
 func (unitStage) answered(s *session, a *answer) {
