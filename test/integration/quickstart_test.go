@@ -78,6 +78,7 @@ var quickStartSetup = []string{
 // test fails when the README's commands, configuration or the refusal it
 // shows drift from what cqlguard does.
 func TestQuickStart(t *testing.T) {
+	skipUnlessEnabled(t)
 	blocks := quickStartBlocks(t)
 	if len(blocks) == 0 || blocks[0].lang != "sh" {
 		t.Fatalf("the Quick start's first block should be the set-up, in sh; blocks: %+v", blocks)
