@@ -369,6 +369,12 @@ func (s *session) chargeBudgets(req *request, units float64, now int64) {
 	}
 }
 
+// inDebt reports whether c has a budget and is in debt on it at now: its
+// requests are refused (the class and reissue paths ask the same).
+func (c *clientClass) inDebt(now int64) bool {
+	return c.budget != nil && !c.budget.Allow(now)
+}
+
 // overBudgetMessage is the message of a refusal for c's budget.
 func (c *clientClass) overBudgetMessage() string {
 	return fmt.Sprintf("cqlguard: client class %s is over its budget of %g request units per second (clients: max_units_per_second); retry later",

@@ -523,7 +523,7 @@ func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) (f []
 	// and is decided as the class and limit stages would.
 	dryRun := e.set.limits.dryRun
 	var why refusal
-	if c := e.client; c != nil && c.budget != nil && !c.budget.Allow(now) {
+	if c := e.client; c != nil && c.inDebt(now) {
 		why = refusal{kind: refusedBudget, clientClass: c}
 		s.countRefusal(why, dryRun)
 		refused = !dryRun

@@ -22,9 +22,9 @@ func (classStage) admit(s *session, c *call) (outcome, bool) {
 	}
 	cl := s.clientOf(c.req.set.clients)
 	cl.requests.Inc()
-	if cl.budget != nil && !cl.budget.Allow(c.now) {
-		if act, refused := s.refuse(c, refusal{kind: refusedBudget, clientClass: cl}, c.req.set.limits.dryRun); refused {
-			return act, true
+	if cl.inDebt(c.now) {
+		if o, refused := s.refuse(c, refusal{kind: refusedBudget, clientClass: cl}, c.req.set.limits.dryRun); refused {
+			return o, true
 		}
 	}
 	c.req.client, c.req.size = cl, int32(len(c.f))

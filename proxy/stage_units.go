@@ -2,8 +2,9 @@ package proxy
 
 // unitStage charges what requests cost in request units (clients.go): to
 // their class's budget and to the partitions with budgets in units, part
-// as each is forwarded and the rest once it is answered. It runs last, for
-// requests that are forwarded.
+// as each is forwarded and the rest once it is answered. It runs after
+// every stage that may refuse, so that it charges only requests that are
+// forwarded.
 type unitStage struct{}
 
 func (unitStage) admit(s *session, c *call) (outcome, bool) {
