@@ -13,12 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/schema"
+	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
 // safeBuffer is a bytes.Buffer for a logger written from several
@@ -334,5 +337,42 @@ coordination:
 				t.Errorf("coordination runs with sync_interval %v, want %v", p.coord.cfg.SyncInterval, last.Coordination.SyncInterval)
 			}
 		})
+	}
+}
+
+// A request in flight across a reload is charged what the configuration it
+// was admitted under prices it at, when it is answered, and the next
+// request what the new one does: no request is priced by a mix.
+func TestReloadMidFlightKeepsTheRequestsSettings(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", SlowQuery: "k = 2", SlowFor: 300 * time.Millisecond})
+	file := func(fixed int) string {
+		return "listen: 127.0.0.1:0\nupstreams: [" + node.Addr() + "]\nadmin: {listen: \"\"}\n" +
+			"request_units: {fixed: " + strconv.Itoa(fixed) + ", per_row: 0, per_kib: 0, per_ms: 0}\n"
+	}
+	p, addr := serveProxy(t, parseConfig(t, file(1)), testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	units := p.clientMetrics.units.WithLabelValues(p.settings.Load().clients.classes[0].name)
+	c := dialRaw(t, addr, 4)
+	c.startup(nil)
+	query := func(stream int16, q string) {
+		c.send(stream, &message.Query{Query: q, Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	}
+	query(1, "SELECT * FROM ks.kv WHERE k = 2")
+	for node.SlowRequests() == 0 {
+		time.Sleep(time.Millisecond) // until the node holds it
+	}
+	if err := reload(p, file(100)); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.recv(); got.Header.OpCode != primitive.OpCodeResult {
+		t.Fatalf("the slow read was answered %v", got.Body.Message)
+	}
+	if got := metricValue(t, units); got != 1 {
+		t.Errorf("the read admitted before the reload was charged %v units, want 1", got)
+	}
+	query(2, "SELECT * FROM ks.kv WHERE k = 1")
+	c.recv()
+	if got := metricValue(t, units); got != 101 {
+		t.Errorf("after a read admitted after the reload, %v units, want 101", got)
 	}
 }
