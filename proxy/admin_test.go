@@ -30,7 +30,7 @@ func TestHotPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.elapsed = func() int64 { return 1e9 }
-	s := &session{p: p}
+	s := &session{p: p, up: &upstream{}}
 	kv, tab := snap.Table([]byte("ks"), []byte("kv")), snap.Table([]byte("Ks"), []byte("Tab"))
 	request := func(op Op, parts ...Partition) *Classification {
 		return &Classification{Op: op, Pinned: true, Partitions: parts}
@@ -151,7 +151,7 @@ func TestAdminSurface(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &session{p: p}
+			s := &session{p: p, up: &upstream{}}
 			kv := snap.Table([]byte("ks"), []byte("kv"))
 			s.decide(&Classification{Op: OpWrite, Pinned: true, Partitions: []Partition{{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}}}, p.settings.Load(), p.clock())
 			rec := httptest.NewRecorder()

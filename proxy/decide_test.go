@@ -118,7 +118,7 @@ func benchmarkDecide(b *testing.B, redis []string) {
 	}
 	b.Cleanup(func() { p.Shutdown(b.Context()) })
 	snap := testSnapshot(b)
-	s := &session{p: p}
+	s := &session{p: p, up: &upstream{}}
 	c := &Classification{Op: OpRead, Pinned: true, Partitions: []Partition{{Table: snap.Table([]byte("ks"), []byte("kv"))}}}
 	for _, tc := range []struct {
 		name   string

@@ -93,7 +93,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	// queries of the system tables (ScyllaDB's Rust driver does), which
 	// Cassandra refuses as a syntax error.
 	internal := class != nil && class.Internal || h.Opcode == frame.OpPrepare && req.prepared != nil && req.prepared.internal
-	if internal && !s.upstreamRateLimit {
+	if internal && !s.up.rateLimitError {
 		f = s.dropUsingTimeout(f, h)
 	}
 

@@ -33,7 +33,7 @@ func handlerSession(t *testing.T, edit func(*config.Config)) *session {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	return &session{p: p, log: testLogger()}
+	return &session{p: p, log: testLogger(), up: &upstream{}}
 }
 
 // The handler, called as a function: every opcode, limits accepted and
@@ -89,7 +89,7 @@ func TestHandle(t *testing.T) {
 					t.Errorf("forwarded %q", f)
 				}
 			}}}},
-		{name: "USING TIMEOUT kept for ScyllaDB", setup: func(s *session) { s.upstreamRateLimit = true }, frames: [][]byte{query(1, "SELECT * FROM system.peers USING TIMEOUT 30000ms")},
+		{name: "USING TIMEOUT kept for ScyllaDB", setup: func(s *session) { s.up.rateLimitError = true }, frames: [][]byte{query(1, "SELECT * FROM system.peers USING TIMEOUT 30000ms")},
 			want: []want{{answer: -1, reply: replyPeers, forward: func(t *testing.T, f []byte) {
 				if !bytes.Contains(f, []byte("USING TIMEOUT")) {
 					t.Errorf("forwarded %q", f)

@@ -145,7 +145,7 @@ func stopping(stop <-chan struct{}) bool {
 
 // healthConn is the connection watchUpstreams keeps.
 type healthConn struct {
-	u    *upstreamConn
+	u    *upstream
 	addr string
 	r    *frame.Reader
 }

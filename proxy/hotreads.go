@@ -315,7 +315,7 @@ func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotre
 	fl, joined := hr.flights.Join(r, gen, waiter{s, h.Stream, s.joinSeq})
 	if joined {
 		if s.streams.inflight == 0 {
-			s.activity++
+			s.up.activity++
 		}
 		// Recorded under s.mu, which the flight's landing takes to answer
 		// it: the answer cannot come before the stream is in the table.
@@ -475,7 +475,7 @@ func (s *session) offerAnswer(f []byte, stream int16, kick, idle bool) {
 		// Draining, and this was the last request: the response path ends
 		// on the closed upstream and closes the session once the answer
 		// is written.
-		s.upstream.Close()
+		s.up.conn.Close()
 	}
 }
 
@@ -501,7 +501,7 @@ func (s *session) handOn(f []byte, stream int16, refused bool) {
 		s.mu.Unlock()
 		s.offerAnswer(f, stream, true, idle)
 	default:
-		s.toUpstream.Offer(f, stream, true)
+		s.up.to.Offer(f, stream, true)
 	}
 }
 

@@ -786,7 +786,7 @@ func neighboursOne(t *testing.T, node *fakenode.Node, alone *goodRun, data []byt
 	limit := int64(2*neighbourMaxBuffered + (len(nbs)+2)*neighbourAnswer)
 	p.mu.Lock()
 	for s := range p.sessions {
-		if c, u := s.toClient.Held(), s.toUpstream.Held(); c > limit || u > limit {
+		if c, u := s.toClient.Held(), s.up.to.Held(); c > limit || u > limit {
 			t.Errorf("a connection holds %d bytes for its client and %d for its upstream, over %d", c, u, limit)
 		}
 	}

@@ -374,7 +374,7 @@ func (p *Proxy) serveConn(client net.Conn) {
 	s := newSession(p, client, upstream, log)
 	s.hotRNG = id
 	if p.shedding != nil {
-		s.node = p.shedding.node(addr)
+		s.up.node = p.shedding.node(addr)
 		s.rng = id*0x9e3779b97f4a7c15 | 1
 	}
 	p.mu.Lock()
@@ -393,7 +393,7 @@ func (p *Proxy) serveConn(client net.Conn) {
 
 // dialUpstream connects to the next upstream node that answers, trying
 // each once, and learns whether it supports the rate-limit error.
-func (p *Proxy) dialUpstream() (*upstreamConn, string, error) {
+func (p *Proxy) dialUpstream() (*upstream, string, error) {
 	n := len(p.cfg.Upstreams)
 	start := int(p.next.Add(1))
 	var errs []error

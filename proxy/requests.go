@@ -192,7 +192,7 @@ func (s *session) forward(f []byte, h frame.Header, req request, now int64) erro
 	max := s.p.cfg.MaxInFlightPerConnection
 	s.mu.Lock()
 	if s.streams.inflight == 0 {
-		s.activity++ // the upstream's silence counts from now
+		s.up.activity++ // the upstream's silence counts from now
 	}
 	// A hot read led while the client's writer waits for room would be
 	// answered to nobody until it has room (clientStall).
@@ -216,14 +216,14 @@ func (s *session) forward(f []byte, h frame.Header, req request, now int64) erro
 		// would run in the keyspace it sets.
 		s.expireWaits(-1)
 	}
-	if err := s.toUpstream.Write(f); err != nil {
+	if err := s.up.to.Write(f); err != nil {
 		return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 	}
 	// How long the request waited inside the proxy, for its slot and
 	// for room in the upstream's writer, is the shedding queue's
 	// signal; the clock is read only when it waited.
 	if sh := s.p.shedding; sh != nil {
-		switch w := s.toUpstream.Waited(); {
+		switch w := s.up.to.Waited(); {
 		case waitedFrom != 0:
 			sh.queue.Observe(waitedFrom, s.now()-waitedFrom)
 		case w:
@@ -262,7 +262,7 @@ func (s *session) push() error {
 	// The client's answers first: a failure to write them is the
 	// client's, which its next read reports.
 	s.toClient.Push()
-	if err := s.toUpstream.Push(); err != nil {
+	if err := s.up.to.Push(); err != nil {
 		return fmt.Errorf("%w: %w", errForward, err)
 	}
 	return nil
@@ -317,12 +317,12 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	s.pending.comp, s.pending.optIn, s.pending.lwtMark = comp, optIn, lwtMark
 	s.pending.options = s.p.optionsDigest(f[frame.HeaderSize:])
 	s.learnStartup(f[frame.HeaderSize:])
-	if optIn && !s.upstreamRateLimit {
+	if optIn && !s.up.rateLimitError {
 		if f, err = frame.AppendStartupWithout(nil, f, rateLimitKey); err != nil {
 			return nil, err
 		}
 	}
-	if lwtMark && !s.upstreamLWTMark {
+	if lwtMark && !s.up.lwtMark {
 		return frame.AppendStartupWithout(nil, f, lwtMarkKey)
 	}
 	return f, nil

@@ -22,20 +22,20 @@ func (s *session) serveResponses() error {
 	}()
 	var t answerTiming
 	for {
-		if s.fromUpstream.Buffered() == 0 {
-			s.fromUpstream.Release()
-			s.fromUpstream.Shrink()
+		if s.up.from.Buffered() == 0 {
+			s.up.from.Release()
+			s.up.from.Shrink()
 			// Everything this read gave is handled: one write to the
 			// client for all of it.
 			if err := s.toClient.Push(); err != nil {
 				return fmt.Errorf("%w: %w", errClientGone, err)
 			}
-			s.upstreamIn.Park()
-			if s.upstreamIn.Wait() {
+			s.up.in.Park()
+			if s.up.in.Wait() {
 				t.caughtUp(s.clientWaits.Load())
 			}
 		}
-		f, h, err := s.fromUpstream.Next()
+		f, h, err := s.up.from.Next()
 		if err != nil {
 			var tooLarge *frame.TooLargeError
 			if !errors.As(err, &tooLarge) {
@@ -86,7 +86,7 @@ func (s *session) answerTooLarge(h frame.Header, err error) {
 	s.p.metrics.protocolErrors.WithLabelValues("response_too_large").Inc()
 	s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
 	s.mu.Lock()
-	s.activity++
+	s.up.activity++
 	req, ended := s.streams.end(h.Stream)
 	s.wakeRequests()
 	s.mu.Unlock()
@@ -115,7 +115,7 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 	var ok bool
 	verdict, awaited := refused, false
 	s.mu.Lock()
-	s.activity++
+	s.up.activity++
 	*req, ok = s.streams.end(h.Stream)
 	idle = s.draining && s.streams.inflight == 0
 	comp := s.compression
@@ -125,7 +125,7 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 			// What the upstream sends after READY or AUTHENTICATE is
 			// compressed as the STARTUP asked.
 			s.compression = s.pending.comp
-			s.markLWT = s.pending.lwtMark && !s.upstreamLWTMark
+			s.markLWT = s.pending.lwtMark && !s.up.lwtMark
 		}
 	}
 	s.wakeRequests()
@@ -150,8 +150,8 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 			// follows, both ways, travels in segments.
 			lz4 := s.pending.comp == frame.CompressionLZ4
 			s.toClient.UseSegments(lz4)
-			s.toUpstream.UseSegments(lz4)
-			s.fromUpstream.UseSegments(lz4)
+			s.up.to.UseSegments(lz4)
+			s.up.from.UseSegments(lz4)
 		}
 		s.settle(verdict)
 	}

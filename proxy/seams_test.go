@@ -382,7 +382,7 @@ shedding:
 	for range reads {
 		c.recv()
 	}
-	l := s.node.latency[5].Load()
+	l := s.up.node.latency[5].Load()
 	if l == nil {
 		return // no answer timed at all
 	}

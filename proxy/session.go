@@ -21,21 +21,17 @@ import (
 
 // session is one client connection and its upstream connection.
 type session struct {
-	p        *Proxy
-	log      zerolog.Logger
-	client   net.Conn
-	upstream net.Conn
+	p      *Proxy
+	log    zerolog.Logger
+	client net.Conn
+	// up is the connection to the upstream node.
+	up *upstream
 
-	fromClient   *frame.Reader
-	fromUpstream *frame.Reader
-	// clientIn and upstreamIn hold the readers' buffers while bytes come.
-	clientIn   *transport.LazyReader
-	upstreamIn *transport.LazyReader
-	toClient   *transport.Writer
-	toUpstream *transport.Writer
+	fromClient *frame.Reader
+	// clientIn holds the client reader's buffer while bytes come.
+	clientIn *transport.LazyReader
+	toClient *transport.Writer
 
-	upstreamRateLimit bool // the upstream advertised the rate-limit error
-	upstreamLWTMark   bool // the upstream advertised the LWT mark, and sets it itself
 	// answered carries the upstream's verdict on a request the request
 	// path waits on before it reads the next frame (see settled): a
 	// STARTUP, an AUTH_RESPONSE or a USE, whose answer changes how what
@@ -102,17 +98,6 @@ type session struct {
 	// on max_in_flight.
 	stopped atomic.Bool
 
-	// activity counts the upstream's frames, and requests that found none
-	// in flight: the watchdog takes a count unchanged over a tick, with
-	// requests in flight, for a tick of silence. Guarded by mu.
-	activity uint32
-	// lastActivity and quietTicks are the watchdog's own: the count it saw
-	// last and for how many ticks it has not changed.
-	lastActivity uint32
-	quietTicks   int
-	// stalled is set when the watchdog closed the upstream connection.
-	stalled atomic.Bool
-
 	// Each stage's own state of the connection (stage_*.go).
 	classState
 	shedState
@@ -132,31 +117,27 @@ type session struct {
 	queuedSince int64
 }
 
-func newSession(p *Proxy, client net.Conn, u *upstreamConn, log zerolog.Logger) *session {
+func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *session {
 	guard := &stallGuard{Conn: client, in: transport.NewSockReader(client), timeout: time.Duration(p.cfg.FrameTimeout)}
 	clientIn := transport.NewLazyReader(guard, guard.in, &p.reads)
-	upstreamIn := u.in
+	u.from = frame.NewReader(u.in.Reader(), int(p.cfg.MaxFrameBytes))
+	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
 	s := &session{
-		p:                 p,
-		log:               log,
-		client:            client,
-		upstream:          u.conn,
-		fromClient:        frame.NewReader(clientIn.Reader(), int(p.cfg.MaxFrameBytes)),
-		fromUpstream:      frame.NewReader(upstreamIn.Reader(), int(p.cfg.MaxFrameBytes)),
-		clientIn:          clientIn,
-		upstreamIn:        upstreamIn,
-		toClient:          transport.NewWriter(client, int(p.cfg.MaxBufferedBytes), p.buffered),
-		toUpstream:        transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered),
-		upstreamRateLimit: u.rateLimitError,
-		upstreamLWTMark:   u.lwtMark,
-		answered:          make(chan verdict, 1),
+		p:          p,
+		log:        log,
+		client:     client,
+		up:         u,
+		fromClient: frame.NewReader(clientIn.Reader(), int(p.cfg.MaxFrameBytes)),
+		clientIn:   clientIn,
+		toClient:   transport.NewWriter(client, int(p.cfg.MaxBufferedBytes), p.buffered),
+		answered:   make(chan verdict, 1),
 	}
 	s.identity.addr = addrOf(client)
 	s.toClient.SetStall(s.clientStall)
 	guard.frames = s.fromClient
 	s.guard = guard
 	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard})
-	s.fromUpstream.SetBudget(frameBudget{s, p.responseFrames, nil})
+	s.up.from.SetBudget(frameBudget{s, p.responseFrames, nil})
 	s.room.L = &s.mu
 	return s
 }
@@ -258,9 +239,9 @@ func (s *session) run() {
 	if errors.Is(err, errForward) {
 		// The upstream failed under the request path: the response path
 		// answers what is in flight, then closes both sides.
-		s.upstream.Close()
+		s.up.conn.Close()
 		<-done
-		s.toUpstream.Close()
+		s.up.to.Close()
 		return
 	}
 	s.clientGone.Store(true)
@@ -269,7 +250,7 @@ func (s *session) run() {
 	s.client.SetWriteDeadline(time.Now().Add(flushTimeout))
 	s.toClient.Flush()
 	s.close()
-	s.toUpstream.Close()
+	s.up.to.Close()
 	<-done
 }
 
@@ -289,7 +270,7 @@ func (s *session) giveBack() {
 	s.endUnanswered(ended, priced)
 	s.p.inflight.Give(int64(n))
 	s.fromClient.Release()
-	s.fromUpstream.Release()
+	s.up.from.Release()
 	s.giveDecompressed()
 }
 
@@ -299,7 +280,7 @@ func (s *session) giveBack() {
 func (s *session) tick(watch bool) int {
 	s.mu.Lock()
 	s.streams.shrinkIdle()
-	busy, activity := s.streams.inflight > 0, s.activity
+	busy, activity := s.streams.inflight > 0, s.up.activity
 	s.mu.Unlock()
 	if !watch {
 		return 0
@@ -307,23 +288,23 @@ func (s *session) tick(watch bool) int {
 	// A response path waiting on the client (its writer holds bytes) or
 	// on max_frame_bytes_total is not waiting on the upstream.
 	waitingElsewhere := s.toClient.Held() > 0 || s.waitingForRoom.Load()
-	if !busy || activity != s.lastActivity || waitingElsewhere {
-		s.lastActivity, s.quietTicks = activity, 0
+	if !busy || activity != s.up.lastActivity || waitingElsewhere {
+		s.up.lastActivity, s.up.quietTicks = activity, 0
 		return 0
 	}
-	s.quietTicks++
-	return s.quietTicks
+	s.up.quietTicks++
+	return s.up.quietTicks
 }
 
 // upstreamStalled closes the upstream connection of a session whose
 // upstream has sent nothing for timeout with requests waiting: the response
 // path then ends, and failInFlight answers each request.
 func (s *session) upstreamStalled(timeout time.Duration) {
-	if s.stalled.Swap(true) {
+	if s.up.stalled.Swap(true) {
 		return
 	}
 	s.log.Warn().Float64("upstream_timeout_seconds", timeout.Seconds()).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
-	s.upstream.Close()
+	s.up.conn.Close()
 }
 
 // largeFrame is the size past which a request is not kept alive by an
@@ -397,7 +378,7 @@ func (s *session) close() {
 		s.p.requestFrames.Wake()
 		s.p.responseFrames.Wake()
 		s.client.Close()
-		s.upstream.Close()
+		s.up.conn.Close()
 	})
 }
 
@@ -435,7 +416,7 @@ func (s *session) failInFlight(err error) {
 	}
 	reason := "upstream_lost"
 	msg := "cqlguard: the connection to the upstream node was lost before it answered; the request may or may not have been applied"
-	if s.stalled.Load() {
+	if s.up.stalled.Load() {
 		reason = "upstream_stalled"
 		msg = fmt.Sprintf("cqlguard: the upstream node sent nothing for %s (upstream_timeout) while requests waited; the request may or may not have been applied",
 			time.Duration(s.p.cfg.UpstreamTimeout))

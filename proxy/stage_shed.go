@@ -13,15 +13,14 @@ import (
 // node's latency can be read from feeds the node's signals.
 type shedStage struct{}
 
-// shedState is the connection's part of shedding: the upstream node's
-// signals, nil when shedding is off, and the request path's random state.
+// shedState is the connection's part of shedding: the request path's
+// random state. The node's signals are its upstream's.
 type shedState struct {
-	node *nodeSignals
-	rng  uint64
+	rng uint64
 }
 
 func (shedStage) admit(s *session, c *call) (outcome, bool) {
-	sh, n, cl := s.p.shedding, s.node, c.req.client
+	sh, n, cl := s.p.shedding, s.up.node, c.req.client
 	if n == nil || cl == nil {
 		return outcome{}, false
 	}
@@ -55,7 +54,7 @@ func (shedStage) admit(s *session, c *call) (outcome, bool) {
 }
 
 func (shedStage) answered(s *session, a *answer) {
-	if a.timed && s.node != nil && a.req.client != nil {
-		s.node.observe(a.req.client.tier, a.now, a.now-a.req.start)
+	if a.timed && s.up.node != nil && a.req.client != nil {
+		s.up.node.observe(a.req.client.tier, a.now, a.now-a.req.start)
 	}
 }

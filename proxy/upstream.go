@@ -6,25 +6,44 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/transport"
 )
 
-// upstreamConn is a fresh connection to an upstream node.
-type upstreamConn struct {
+// upstream is a connection to an upstream node. In a session its
+// response path reads it (from) and its request path writes it (to).
+type upstream struct {
+	addr           string
 	conn           net.Conn
-	in             *transport.LazyReader
+	in             *transport.LazyReader // holds from's buffer while bytes come
+	from           *frame.Reader
+	to             *transport.Writer
 	rateLimitError bool // the node advertises SCYLLA_RATE_LIMIT_ERROR
 	lwtMark        bool // the node advertises SCYLLA_LWT_ADD_METADATA_MARK
+	// node is the node's shedding signals, nil when shedding is off.
+	node *nodeSignals
+
+	// activity counts the node's frames, and requests that found none in
+	// flight: the watchdog takes a count unchanged over a tick, with
+	// requests in flight, for a tick of silence. Guarded by the session's
+	// mu.
+	activity uint32
+	// lastActivity and quietTicks are the watchdog's own: the count it saw
+	// last and for how many ticks it has not changed.
+	lastActivity uint32
+	quietTicks   int
+	// stalled is set when the watchdog closed the connection.
+	stalled atomic.Bool
 }
 
 // dialUpstream connects to addr and asks for its SUPPORTED options, so that
 // the proxy knows, before the driver's STARTUP, whether the node takes the
 // rate-limit opt-in. The OPTIONS exchange uses v4 framing, which every node
 // that speaks v4 or v5 accepts before STARTUP.
-func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs *transport.ReadBuffers) (*upstreamConn, error) {
+func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs *transport.ReadBuffers) (*upstream, error) {
 	d := &net.Dialer{Timeout: timeout}
 	var c net.Conn
 	var err error
@@ -37,7 +56,7 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}
 	in := transport.NewSockReader(c)
-	u := &upstreamConn{conn: c, in: transport.NewLazyReader(in, in, bufs)}
+	u := &upstream{addr: addr, conn: c, in: transport.NewLazyReader(in, in, bufs)}
 	u.in.Take()
 	c.SetDeadline(time.Now().Add(timeout))
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 0, Opcode: frame.OpOptions})
