@@ -315,7 +315,7 @@ func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotre
 	fl, joined := hr.flights.Join(r, gen, waiter{s, h.Stream, s.joinSeq})
 	if joined {
 		if s.streams.inflight == 0 {
-			s.up.activity++
+			s.up.activity++ // the node's silence counts from now
 		}
 		// Recorded under s.mu, which the flight's landing takes to answer
 		// it: the answer cannot come before the stream is in the table.
@@ -456,7 +456,7 @@ func (s *session) deliver(w waiter, f []byte, read *hotread.Read, kick bool) {
 		s.mu.Unlock()
 		return
 	}
-	s.streams.end(w.stream)
+	s.endStream(w.stream)
 	s.joined.Add(-1)
 	s.wakeRequests()
 	idle := s.draining && s.streams.inflight == 0
@@ -537,13 +537,14 @@ func (s *session) reissueLocked(stream int16, seq uint32, r *hotread.Read) (f []
 	}
 	if refused {
 		f = s.appendRefusal(nil, r.Version, stream, why)
-		s.streams.end(stream)
+		s.endStream(stream)
 		s.wakeRequests()
 		return f, true
 	}
 	if sentCharged(e) {
 		s.chargeSent(e, now)
 	}
+	s.sentOn(e, s.up)
 	s.p.hotReads.reissued.Inc()
 	// The body is kept decompressed, and sent so: a frame without the
 	// compression flag is taken on a compressed connection.

@@ -221,7 +221,7 @@ func (p *Proxy) watchSessions(timeout time.Duration, stop <-chan struct{}) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var stalled []*session
+	var stalled []stalledUpstream
 	for {
 		select {
 		case <-stop:
@@ -230,13 +230,11 @@ func (p *Proxy) watchSessions(timeout time.Duration, stop <-chan struct{}) {
 		}
 		p.mu.Lock()
 		for s := range p.sessions {
-			if s.tick(timeout > 0) >= ticks {
-				stalled = append(stalled, s)
-			}
+			stalled = s.tick(timeout > 0, ticks, stalled)
 		}
 		p.mu.Unlock()
-		for _, s := range stalled {
-			s.upstreamStalled(timeout)
+		for _, st := range stalled {
+			st.s.upstreamStalled(st.u, timeout)
 		}
 		clear(stalled)
 		stalled = stalled[:0]

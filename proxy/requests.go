@@ -190,10 +190,9 @@ func (s *session) forward(f []byte, h frame.Header, req request, now int64) erro
 	// The stream is recorded before forwarding so that a fast response
 	// finds it.
 	max := s.p.cfg.MaxInFlightPerConnection
+	u := s.up
 	s.mu.Lock()
-	if s.streams.inflight == 0 {
-		s.up.activity++ // the upstream's silence counts from now
-	}
+	s.sentOn(&req, u)
 	// A hot read led while the client's writer waits for room would be
 	// answered to nobody until it has room (clientStall).
 	var orphaned *hotread.Flight[waiter]
@@ -216,14 +215,14 @@ func (s *session) forward(f []byte, h frame.Header, req request, now int64) erro
 		// would run in the keyspace it sets.
 		s.expireWaits(-1)
 	}
-	if err := s.up.to.Write(f); err != nil {
+	if err := u.to.Write(f); err != nil {
 		return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 	}
 	// How long the request waited inside the proxy, for its slot and
 	// for room in the upstream's writer, is the shedding queue's
 	// signal; the clock is read only when it waited.
 	if sh := s.p.shedding; sh != nil {
-		switch w := s.up.to.Waited(); {
+		switch w := u.to.Waited(); {
 		case waitedFrom != 0:
 			sh.queue.Observe(waitedFrom, s.now()-waitedFrom)
 		case w:

@@ -9,43 +9,52 @@ import (
 	"github.com/cqlguard/cqlguard/frame"
 )
 
-// serveResponses is the response path: it forwards each frame from the
-// upstream to the client, rewriting what reveals the upstream's topology.
-func (s *session) serveResponses() error {
-	defer func() {
-		// A request path waiting for an answer must not wait forever, nor
-		// one that forwards another awaited request from what it has read
-		// already: from now on every wait ends at once, refused.
-		s.awaiting.Store(false)
-		s.awaitingV5.Store(false)
-		close(s.answered)
-	}()
+// serveResponses is a response path: it forwards each frame from the
+// upstream connection u to the client, rewriting what reveals the
+// upstream's topology.
+func (s *session) serveResponses(u *upstream) error {
+	if u == s.up {
+		defer func() {
+			// A request path waiting for an answer must not wait forever,
+			// nor one that forwards another awaited request from what it
+			// has read already: from now on every wait ends at once,
+			// refused.
+			s.awaiting.Store(false)
+			s.awaitingV5.Store(false)
+			close(s.answered)
+		}()
+	}
 	var t answerTiming
 	for {
-		if s.up.from.Buffered() == 0 {
-			s.up.from.Release()
-			s.up.from.Shrink()
+		if u.from.Buffered() == 0 {
+			u.from.Release()
+			u.from.Shrink()
 			// Everything this read gave is handled: one write to the
 			// client for all of it.
 			if err := s.toClient.Push(); err != nil {
 				return fmt.Errorf("%w: %w", errClientGone, err)
 			}
-			s.up.in.Park()
-			if s.up.in.Wait() {
+			u.in.Park()
+			if u.in.Wait() {
 				t.caughtUp(s.clientWaits.Load())
 			}
 		}
-		f, h, err := s.up.from.Next()
+		f, h, err := u.from.Next()
 		if err != nil {
 			var tooLarge *frame.TooLargeError
 			if !errors.As(err, &tooLarge) {
 				return err
 			}
-			s.answerTooLarge(h, err)
+			s.respMu.Lock()
+			s.answerTooLarge(u, h, err)
+			s.respMu.Unlock()
 			continue
 		}
 		s.p.metrics.frame(dirResponse, h.Opcode, len(f))
-		if idle, err := s.serveResponse(f, h, &t); idle || err != nil {
+		s.respMu.Lock()
+		idle, err := s.serveResponse(u, f, h, &t)
+		s.respMu.Unlock()
+		if idle || err != nil {
 			return err
 		}
 	}
@@ -82,12 +91,12 @@ func (t *answerTiming) timed(w uint64) bool {
 
 // answerTooLarge answers the stream of a response frame too large to read,
 // h its header, with a server error, and ends its request.
-func (s *session) answerTooLarge(h frame.Header, err error) {
+func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 	s.p.metrics.protocolErrors.WithLabelValues("response_too_large").Inc()
-	s.log.Warn().Int("bytes", h.Length).Msg("response frame too large")
+	s.log.Warn().Str("node", u.addr).Int("bytes", h.Length).Msg("response frame too large")
 	s.mu.Lock()
-	s.up.activity++
-	req, ended := s.streams.end(h.Stream)
+	u.activity++
+	req, ended := s.endStream(h.Stream)
 	s.wakeRequests()
 	s.mu.Unlock()
 	if ended {
@@ -106,7 +115,7 @@ func (s *session) answerTooLarge(h frame.Header, err error) {
 // rewrites what the proxy must, and settles a request the request path
 // waits on. It reports whether the session, draining, has nothing left in
 // flight.
-func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle bool, err error) {
+func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answerTiming) (idle bool, err error) {
 	// The request is ended into the session's answer, which the stages are
 	// handed, rather than copied there; nothing of it is kept past it.
 	a := &s.answering
@@ -115,8 +124,8 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 	var ok bool
 	verdict, awaited := refused, false
 	s.mu.Lock()
-	s.up.activity++
-	*req, ok = s.streams.end(h.Stream)
+	u.activity++
+	*req, ok = s.endStream(h.Stream)
 	idle = s.draining && s.streams.inflight == 0
 	comp := s.compression
 	if s.awaiting.Load() {
@@ -150,8 +159,8 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 			// follows, both ways, travels in segments.
 			lz4 := s.pending.comp == frame.CompressionLZ4
 			s.toClient.UseSegments(lz4)
-			s.up.to.UseSegments(lz4)
-			s.up.from.UseSegments(lz4)
+			u.to.UseSegments(lz4)
+			u.from.UseSegments(lz4)
 		}
 		s.settle(verdict)
 	}

@@ -24,8 +24,20 @@ type session struct {
 	p      *Proxy
 	log    zerolog.Logger
 	client net.Conn
-	// up is the connection to the upstream node.
+	// up is the connection to the upstream node the session began with:
+	// the handshake, events and requests without a node of their own go
+	// to it, and the session ends with it.
 	up *upstream
+	// legs are the session's connections to other nodes, opened as
+	// requests are routed to them, each with a response path of its own
+	// (serveLeg). Changed by the request path under mu.
+	legs    []*upstream
+	running sync.WaitGroup // the legs' response paths
+	// respMu is held by a response path while it handles a frame: the
+	// response paths of a session's connections take turns, so that what
+	// the response path owns (answering, respScratch, markLWT, the stages'
+	// answered hooks) has one user at a time.
+	respMu sync.Mutex
 
 	fromClient *frame.Reader
 	// clientIn holds the client reader's buffer while bytes come.
@@ -88,10 +100,6 @@ type session struct {
 	respScratch []byte // answers written by the response path
 	rewritten   []byte // requests the request path rewrote
 	guard       *stallGuard
-	// waitingForRoom is set while the response path waits for room in
-	// max_frame_bytes_total rather than for the upstream. (While it waits
-	// for the client, the client's writer holds bytes: see quiet.)
-	waitingForRoom atomic.Bool
 	closing        sync.Once
 	clientGone     atomic.Bool // the request path ended on the client's side
 	// stopped is set when the session closes, for a request path waiting
@@ -136,8 +144,8 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	s.toClient.SetStall(s.clientStall)
 	guard.frames = s.fromClient
 	s.guard = guard
-	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard})
-	s.up.from.SetBudget(frameBudget{s, p.responseFrames, nil})
+	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard, nil})
+	s.up.from.SetBudget(frameBudget{s, p.responseFrames, nil, u})
 	s.room.L = &s.mu
 	return s
 }
@@ -147,6 +155,7 @@ type frameBudget struct {
 	s     *session
 	b     *transport.Bound
 	guard *stallGuard // the client side's; nil for the upstream side
+	up    *upstream   // the upstream side's; nil for the client side
 }
 
 // errSessionClosed is the error of a frame budget's Take given up because
@@ -157,9 +166,9 @@ var errSessionClosed = fmt.Errorf("waiting for max_frame_bytes_total: %w", net.E
 // peer's: the client's frame_timeout starts again once there is room, and
 // the upstream is not taken for silent meanwhile (upstream_timeout).
 func (b frameBudget) Take(n int) error {
-	if b.guard == nil {
-		b.s.waitingForRoom.Store(true)
-		defer b.s.waitingForRoom.Store(false)
+	if b.up != nil {
+		b.up.waitingForRoom.Store(true)
+		defer b.up.waitingForRoom.Store(false)
 	}
 	if !b.b.Take(int64(n), &b.s.stopped) {
 		return errSessionClosed
@@ -212,7 +221,7 @@ func (s *session) run() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		err := s.serveResponses()
+		err := s.serveResponses(s.up)
 		if errors.Is(err, errClientGone) {
 			// The client left while its answers were being written: it
 			// may be noticed here before the request path sees it.
@@ -223,8 +232,10 @@ func (s *session) run() {
 		}
 		if !s.clientGone.Load() {
 			// The upstream failed, not the client: every request it took
-			// and did not answer gets an error rather than silence.
-			s.failInFlight(err)
+			// and did not answer gets an error rather than silence, those
+			// in flight on the session's other connections too, as the
+			// session ends with it.
+			s.failInFlight(err, s.up, nil)
 		} else {
 			s.abandonInFlight()
 		}
@@ -242,6 +253,7 @@ func (s *session) run() {
 		s.up.conn.Close()
 		<-done
 		s.up.to.Close()
+		s.running.Wait()
 		return
 	}
 	s.clientGone.Store(true)
@@ -252,6 +264,7 @@ func (s *session) run() {
 	s.close()
 	s.up.to.Close()
 	<-done
+	s.running.Wait()
 }
 
 // giveBack returns to max_in_flight the slots of requests still in flight
@@ -271,40 +284,65 @@ func (s *session) giveBack() {
 	s.p.inflight.Give(int64(n))
 	s.fromClient.Release()
 	s.up.from.Release()
+	for _, u := range s.legs {
+		u.from.Release()
+	}
 	s.giveDecompressed()
 }
 
 // tick is called by the watchdog on each tick. An idle session gives back
-// a stream table that a burst grew. With watch set, it returns for how
-// many ticks in a row the upstream has sent nothing while requests waited.
-func (s *session) tick(watch bool) int {
+// a stream table that a burst grew. With watch set, it appends to stalled
+// the session's connections whose node has sent nothing, while requests
+// waited on it, for ticks ticks in a row.
+func (s *session) tick(watch bool, ticks int, stalled []stalledUpstream) []stalledUpstream {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.streams.shrinkIdle()
-	busy, activity := s.streams.inflight > 0, s.up.activity
-	s.mu.Unlock()
 	if !watch {
-		return 0
+		return stalled
 	}
-	// A response path waiting on the client (its writer holds bytes) or
-	// on max_frame_bytes_total is not waiting on the upstream.
-	waitingElsewhere := s.toClient.Held() > 0 || s.waitingForRoom.Load()
-	if !busy || activity != s.up.lastActivity || waitingElsewhere {
-		s.up.lastActivity, s.up.quietTicks = activity, 0
-		return 0
+	// A response path waiting on the client (its writer holds bytes) is
+	// not waiting on the node.
+	clientHolds := s.toClient.Held() > 0
+	if s.up.quiet(clientHolds) >= ticks {
+		stalled = append(stalled, stalledUpstream{s, s.up})
 	}
-	s.up.quietTicks++
-	return s.up.quietTicks
+	for _, u := range s.legs {
+		if u.quiet(clientHolds) >= ticks {
+			stalled = append(stalled, stalledUpstream{s, u})
+		}
+	}
+	return stalled
 }
 
-// upstreamStalled closes the upstream connection of a session whose
-// upstream has sent nothing for timeout with requests waiting: the response
-// path then ends, and failInFlight answers each request.
-func (s *session) upstreamStalled(timeout time.Duration) {
-	if s.up.stalled.Swap(true) {
+// stalledUpstream is a session's connection the watchdog found silent.
+type stalledUpstream struct {
+	s *session
+	u *upstream
+}
+
+// quiet returns for how many watchdog ticks in a row the node has sent
+// nothing while requests waited on it. A response path waiting on the
+// client (clientHolds) or on max_frame_bytes_total is not waiting on the
+// node. The session's mu is held.
+func (u *upstream) quiet(clientHolds bool) int {
+	if u.inflight == 0 || u.activity != u.lastActivity || clientHolds || u.waitingForRoom.Load() {
+		u.lastActivity, u.quietTicks = u.activity, 0
+		return 0
+	}
+	u.quietTicks++
+	return u.quietTicks
+}
+
+// upstreamStalled closes the connection u of a session whose node has sent
+// nothing for timeout with requests waiting: its response path then ends,
+// and failInFlight answers each request.
+func (s *session) upstreamStalled(u *upstream, timeout time.Duration) {
+	if u.stalled.Swap(true) {
 		return
 	}
-	s.log.Warn().Float64("upstream_timeout_seconds", timeout.Seconds()).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
-	s.up.conn.Close()
+	s.log.Warn().Str("node", u.addr).Float64("upstream_timeout_seconds", timeout.Seconds()).Msg("upstream sent nothing for upstream_timeout with requests waiting; closing the connection to it")
+	u.conn.Close()
 }
 
 // largeFrame is the size past which a request is not kept alive by an
@@ -379,14 +417,20 @@ func (s *session) close() {
 		s.p.responseFrames.Wake()
 		s.client.Close()
 		s.up.conn.Close()
+		s.mu.Lock()
+		for _, u := range s.legs {
+			u.conn.Close()
+		}
+		s.mu.Unlock()
 	})
 }
 
-// failInFlight answers every request still in flight with a server error
-// naming err, after the upstream connection ended: the requests may or may
-// not have been applied, which a driver's retry policy must know. It is
-// called once the response path has stopped.
-func (s *session) failInFlight(err error) {
+// failInFlight answers with a server error naming err the requests still
+// in flight on the connection u, after it ended, or with all set every
+// request in flight: the requests may or may not have been applied, which
+// a driver's retry policy must know. It is called once u's response path
+// has stopped.
+func (s *session) failInFlight(err error, u *upstream, only *upstream) {
 	type stream struct {
 		id      int16
 		version uint8
@@ -394,9 +438,13 @@ func (s *session) failInFlight(err error) {
 	var lost []stream
 	var ended, priced []request
 	s.mu.Lock()
-	s.streams.each(func(id int16, r request) { lost = append(lost, stream{id, r.version}) })
+	s.streams.each(func(id int16, r request) {
+		if only == nil || r.up == only {
+			lost = append(lost, stream{id, r.version})
+		}
+	})
 	for _, l := range lost {
-		r, _ := s.streams.end(l.id)
+		r, _ := s.endStream(l.id)
 		if r.wrote.kind != wroteNone || r.flight != nil || r.joined != nil {
 			ended = append(ended, r)
 		}
@@ -416,13 +464,13 @@ func (s *session) failInFlight(err error) {
 	}
 	reason := "upstream_lost"
 	msg := "cqlguard: the connection to the upstream node was lost before it answered; the request may or may not have been applied"
-	if s.up.stalled.Load() {
+	if u.stalled.Load() {
 		reason = "upstream_stalled"
 		msg = fmt.Sprintf("cqlguard: the upstream node sent nothing for %s (upstream_timeout) while requests waited; the request may or may not have been applied",
 			time.Duration(s.p.cfg.UpstreamTimeout))
 	}
 	s.p.metrics.protocolErrors.WithLabelValues(reason).Add(float64(len(lost)))
-	s.log.Warn().Int("requests", len(lost)).Str("reason", reason).Err(err).Msg("upstream connection ended with requests in flight; answering them with a server error")
+	s.log.Warn().Str("node", u.addr).Int("requests", len(lost)).Str("reason", reason).Err(err).Msg("upstream connection ended with requests in flight; answering them with a server error")
 	for _, l := range lost {
 		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
 	}
@@ -473,6 +521,25 @@ func (s *session) endUnanswered(ended, priced []request) {
 		r.joined = nil
 		s.ended(r)
 	}
+}
+
+// endStream ends the request on stream id, and its connection's count
+// of requests in flight. s.mu is held.
+func (s *session) endStream(id int16) (request, bool) {
+	r, ok := s.streams.end(id)
+	if ok && r.up != nil {
+		r.up.inflight--
+	}
+	return r, ok
+}
+
+// sentOn records that the request r is sent on u. s.mu is held.
+func (s *session) sentOn(r *request, u *upstream) {
+	if u.inflight == 0 {
+		u.activity++ // the node's silence counts from now
+	}
+	u.inflight++
+	r.up = u
 }
 
 // wakeRequests lets the request path read again if it stopped at

@@ -54,7 +54,7 @@ func (shedStage) admit(s *session, c *call) (outcome, bool) {
 }
 
 func (shedStage) answered(s *session, a *answer) {
-	if a.timed && s.up.node != nil && a.req.client != nil {
-		s.up.node.observe(a.req.client.tier, a.now, a.now-a.req.start)
+	if u := a.req.up; a.timed && u != nil && u.node != nil && a.req.client != nil {
+		u.node.observe(a.req.client.tier, a.now, a.now-a.req.start)
 	}
 }

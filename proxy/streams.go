@@ -35,6 +35,9 @@ type request struct {
 	// version is the request's protocol version, for an answer the proxy
 	// writes itself when the upstream cannot.
 	version uint8
+	// up is the upstream connection the request was sent on, nil while it
+	// waits on another's hot read.
+	up *upstream
 	// prepared is what is known of an EXECUTE's statement.
 	prepared *preparedStatement
 	// wrote is what the request may change: its answer invalidates it

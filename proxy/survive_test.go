@@ -360,7 +360,7 @@ func idleCost(t *testing.T, p *Proxy, addr string, n int, v uint8, lz4 bool) (he
 func tickSessions(p *Proxy) {
 	p.mu.Lock()
 	for s := range p.sessions {
-		s.tick(false)
+		s.tick(false, 0, nil)
 	}
 	p.mu.Unlock()
 }

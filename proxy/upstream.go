@@ -26,6 +26,14 @@ type upstream struct {
 	// node is the node's shedding signals, nil when shedding is off.
 	node *nodeSignals
 
+	// inflight counts the requests sent on the connection and not yet
+	// answered. Guarded by the session's mu.
+	inflight int
+	// waitingForRoom is set while the response path waits for room in
+	// max_frame_bytes_total rather than for the node. (While it waits for
+	// the client, the client's writer holds bytes: see quiet.)
+	waitingForRoom atomic.Bool
+
 	// activity counts the node's frames, and requests that found none in
 	// flight: the watchdog takes a count unchanged over a tick, with
 	// requests in flight, for a tick of silence. Guarded by the session's
