@@ -134,3 +134,45 @@ func BytesMapLen(b []byte) (int, bool) {
 	}
 	return i, true
 }
+
+// AppendQueryRequest appends a whole QUERY request frame for statement on
+// stream, in protocol version v, at consistency ONE with no values or
+// options. Its body is not compressed, which a node takes on a connection
+// that negotiated compression.
+func AppendQueryRequest(dst []byte, v uint8, stream int16, statement []byte) []byte {
+	start := len(dst)
+	dst = AppendHeader(dst, Header{Version: v, Stream: stream, Opcode: OpQuery})
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(statement)))
+	dst = append(dst, statement...)
+	dst = binary.BigEndian.AppendUint16(dst, 0x0001) // ONE
+	if v >= 5 {
+		dst = binary.BigEndian.AppendUint32(dst, 0) // flags are an [int] from v5
+	} else {
+		dst = append(dst, 0)
+	}
+	SetLength(dst[start:])
+	return dst
+}
+
+// AppendPrepareRequest appends a whole PREPARE request frame for statement
+// on stream, in protocol version v, its body not compressed. From v5 a
+// keyspace, when not empty, is sent with it (the statement's unqualified
+// tables are in it); before v5 keyspace must be empty: the connection's
+// keyspace applies.
+func AppendPrepareRequest(dst []byte, v uint8, stream int16, statement, keyspace []byte) []byte {
+	start := len(dst)
+	dst = AppendHeader(dst, Header{Version: v, Stream: stream, Opcode: OpPrepare})
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(statement)))
+	dst = append(dst, statement...)
+	if v >= 5 {
+		if len(keyspace) > 0 {
+			dst = binary.BigEndian.AppendUint32(dst, 0x01)
+			dst = binary.BigEndian.AppendUint16(dst, uint16(len(keyspace)))
+			dst = append(dst, keyspace...)
+		} else {
+			dst = binary.BigEndian.AppendUint32(dst, 0)
+		}
+	}
+	SetLength(dst[start:])
+	return dst
+}

@@ -304,3 +304,34 @@ func TestOracleAnswers(t *testing.T) {
 		t.Errorf("AppendRateLimited allocates %v", n)
 	}
 }
+
+// TestOracleRequests checks the requests the proxy makes itself against the
+// oracle's decoding.
+func TestOracleRequests(t *testing.T) {
+	for _, v := range []uint8{3, 4, 5} {
+		cases := []struct {
+			name string
+			raw  []byte
+			want message.Message
+		}{
+			{"USE", AppendQueryRequest(nil, v, 7, []byte(`USE "Ks"`)),
+				&message.Query{Query: `USE "Ks"`, Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}}},
+			{"PREPARE", AppendPrepareRequest(nil, v, 8, []byte("SELECT * FROM t WHERE k = ?"), nil),
+				&message.Prepare{Query: "SELECT * FROM t WHERE k = ?"}},
+		}
+		if v >= 5 {
+			cases = append(cases, struct {
+				name string
+				raw  []byte
+				want message.Message
+			}{"PREPARE in a keyspace", AppendPrepareRequest(nil, v, 9, []byte("SELECT * FROM t"), []byte("ks")),
+				&message.Prepare{Query: "SELECT * FROM t", Keyspace: "ks"}})
+		}
+		for _, tc := range cases {
+			f := oracleDecode(t, tc.raw, CompressionNone)
+			if !reflect.DeepEqual(f.Body.Message, tc.want) {
+				t.Errorf("v%d %s: %#v, want %#v", v, tc.name, f.Body.Message, tc.want)
+			}
+		}
+	}
+}

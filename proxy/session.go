@@ -100,8 +100,8 @@ type session struct {
 	respScratch []byte // answers written by the response path
 	rewritten   []byte // requests the request path rewrote
 	guard       *stallGuard
-	closing        sync.Once
-	clientGone     atomic.Bool // the request path ended on the client's side
+	closing     sync.Once
+	clientGone  atomic.Bool // the request path ended on the client's side
 	// stopped is set when the session closes, for a request path waiting
 	// on max_in_flight.
 	stopped atomic.Bool
