@@ -17,6 +17,8 @@ type action struct {
 	// will need.
 	forward []byte
 	req     request
+	// route is where the forwarded request would best run (legs.go).
+	route route
 	// joined is set for a read that waits for an identical read's answer
 	// (hotreads.go): it is in flight, and nothing is forwarded.
 	joined bool
@@ -101,6 +103,9 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	act := s.admit(c)
 	// What the call holds (its frame, its settings) is not kept past it.
 	*c = call{}
+	if act.forward != nil && s.p.ring != nil {
+		act.route = routeOf(class)
+	}
 	return act
 }
 

@@ -51,7 +51,7 @@ type handshake struct {
 // awaited reports whether the request path waits for req's answer before
 // it reads the next frame.
 func awaited(req *request) bool {
-	return req.reply == replyStartup || req.reply == replyAuth || req.use
+	return req.reply == replyStartup || req.reply == replyAuth || req.use || req.reply == replyAsked
 }
 
 // verdictOf returns, on the response path, what the upstream's frame h

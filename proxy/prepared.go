@@ -35,6 +35,11 @@ type preparedStatement struct {
 	// snapshot last tried: a later snapshot may know the table.
 	text  []byte
 	tried atomic.Pointer[schema.Snapshot]
+
+	// id is the statement's id, statement its text and preparedIn the
+	// keyspace of the connection that prepared it, part of its id: what
+	// prepares it again on another node (legs.go).
+	id, statement, preparedIn []byte
 }
 
 // resolve returns the statement prepared as id, resolved against snap if
@@ -50,6 +55,7 @@ func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema
 		return p
 	}
 	n.table, n.columns, n.lwt = p.table, p.columns, n.lwt || p.lwt
+	n.id, n.statement, n.preparedIn = p.id, p.statement, p.preparedIn
 	n.text = nil
 	r.put(id, n)
 	return n
@@ -60,7 +66,8 @@ func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema
 // to within a word or so.
 func (p *preparedStatement) size() int {
 	const word, header = 8, 24
-	n := 184 + len(p.keyspace) + len(p.tableName) + len(p.text) + len(p.literals)
+	n := 256 + len(p.keyspace) + len(p.tableName) + len(p.text) + len(p.literals)
+	n += len(p.id) + len(p.statement) + len(p.preparedIn)
 	n += 2 * word * len(p.columns) // string headers
 	for _, c := range p.columns {
 		n += len(c)

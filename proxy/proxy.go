@@ -38,10 +38,14 @@ type Proxy struct {
 	metrics  *Metrics
 	topo     *topology
 	prepared *preparedRegistry
-	schema   SchemaSource
-	observe  func(*Classification)
-	stopBg   func()    // stops background work (schema loading)
-	epoch    time.Time // origin of the monotonic request timestamps
+	// ring says which nodes hold a partition (WithRing), nil when the
+	// proxy does not route; nodes are the nodes routing avoids.
+	ring    Ring
+	nodes   nodes
+	schema  SchemaSource
+	observe func(*Classification)
+	stopBg  func()    // stops background work (schema loading)
+	epoch   time.Time // origin of the monotonic request timestamps
 	// epochUnix is epoch in Unix nanoseconds: the limiter's clock reads
 	// epochUnix plus a request timestamp, so that the request path reads
 	// the time once (see clock).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
@@ -50,7 +51,7 @@ func (s *session) serveRequests() error {
 		if act.joined {
 			continue
 		}
-		if err := s.forward(act.forward, h, act.req, now); err != nil {
+		if err := s.forward(act.forward, h, act.req, act.route, now); err != nil {
 			return err
 		}
 	}
@@ -182,15 +183,24 @@ func (s *session) waitForRoom(max int) error {
 // frame upstream, and holds the request path back while the connection has
 // as many requests in flight as allowed, or while req's answer decides how
 // what follows is read.
-func (s *session) forward(f []byte, h frame.Header, req request, now int64) error {
+func (s *session) forward(f []byte, h frame.Header, req request, r route, now int64) error {
+	u := s.up
+	if r.ok {
+		u = s.upstreamFor(r, h, &req)
+	}
 	waitedFrom, err := s.takeSlot(&req, now)
 	if err != nil {
 		return err
 	}
+	var login []byte
+	if s.p.ring != nil && (req.reply == replyStartup || req.reply == replyAuth) {
+		// Kept, if the node accepts it, for the session's connections
+		// to other nodes; f is the reader's.
+		login = slices.Clone(f)
+	}
 	// The stream is recorded before forwarding so that a fast response
 	// finds it.
 	max := s.p.cfg.MaxInFlightPerConnection
-	u := s.up
 	s.mu.Lock()
 	s.sentOn(&req, u)
 	// A hot read led while the client's writer waits for room would be
@@ -215,7 +225,14 @@ func (s *session) forward(f []byte, h frame.Header, req request, now int64) erro
 		// would run in the keyspace it sets.
 		s.expireWaits(-1)
 	}
+	s.wrote(u)
 	if err := u.to.Write(f); err != nil {
+		if u != s.up {
+			// Its response path answers what is in flight on it, this
+			// request too; the session goes on.
+			u.conn.Close()
+			return nil
+		}
 		return fmt.Errorf("%w %s: %w", errForward, h.Opcode, err)
 	}
 	// How long the request waited inside the proxy, for its slot and
@@ -249,9 +266,38 @@ func (s *session) forward(f []byte, h frame.Header, req request, now int64) erro
 		if err := s.push(); err != nil {
 			return err
 		}
-		s.settled(h, &req, <-s.answered)
+		v := <-s.answered
+		s.settled(h, &req, v)
+		s.keepLogin(login, req.reply, v)
 	}
 	return nil
+}
+
+// keepLogin keeps the STARTUP or AUTH_RESPONSE f, a copy, answered with
+// v, for the session's connections to other nodes to log in with
+// (legs.go).
+func (s *session) keepLogin(f []byte, reply reply, v verdict) {
+	switch {
+	case f == nil:
+	case reply == replyStartup && v == accepted:
+		s.login = append(s.login[:0], f)
+	case reply == replyAuth && v != refused && len(s.login) > 0:
+		s.login = append(s.login, f)
+	default:
+		// A refused login: what was kept of it is forgotten.
+		clear(f)
+		if reply == replyAuth {
+			s.forgetLogin()
+			s.login = s.login[:min(1, len(s.login))]
+		}
+	}
+}
+
+// forgetLogin zeroes what the session kept of its client's credentials.
+func (s *session) forgetLogin() {
+	for _, f := range s.login[min(1, len(s.login)):] {
+		clear(f)
+	}
 }
 
 // push writes what the request path queued both ways: the requests it
@@ -261,10 +307,27 @@ func (s *session) push() error {
 	// The client's answers first: a failure to write them is the
 	// client's, which its next read reports.
 	s.toClient.Push()
+	for _, u := range s.written {
+		// A failed write stops the writer; its response path answers
+		// what is in flight on it.
+		if u.to.Push() != nil {
+			u.conn.Close()
+		}
+	}
+	clear(s.written)
+	s.written = s.written[:0]
 	if err := s.up.to.Push(); err != nil {
 		return fmt.Errorf("%w: %w", errForward, err)
 	}
 	return nil
+}
+
+// wrote notes that the request path queued a request on u, which push
+// writes.
+func (s *session) wrote(u *upstream) {
+	if u != s.up && !slices.Contains(s.written, u) {
+		s.written = append(s.written, u)
+	}
 }
 
 // pushQuietly is push for a wait that reports no error: a failed write
@@ -368,6 +431,10 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			return nil, nil
 		}
 		req.prepared = s.classifier.prepare(q, nil, snap)
+		req.prepared.statement = slices.Clone(q)
+		if ks := s.keyspace.Load(); ks != nil {
+			req.prepared.preparedIn = slices.Clone(*ks)
+		}
 		req.reply, req.table = replyPrepared, tableOf(&s.classifier.rec)
 		s.classifier.body = body
 		return nil, nil

@@ -3,8 +3,11 @@ package proxy
 // The response path: what the proxy does with each frame the upstream sends.
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cqlguard/cqlguard/frame"
 )
@@ -139,9 +142,22 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	}
 	s.wakeRequests()
 	s.mu.Unlock()
+	if ok && req.reply == replyAsked {
+		// The proxy's own request (legs.go): its answer is the request
+		// path's, not the client's.
+		s.p.inflight.Give(1)
+		if verdict == accepted && s.asked != nil && !s.preparedAs(f, h, comp, s.asked) {
+			verdict = refused
+		}
+		s.settle(verdict)
+		return idle, nil
+	}
 	if ok {
 		s.p.inflight.Give(1)
 		a.f, a.h, a.now, a.timed = f, h, s.now(), t.timed(s.clientWaits.Load())
+		if u != s.up && h.Opcode == frame.OpError && req.prepared != nil {
+			s.forgetPrepared(u, f, h, comp)
+		}
 		s.answeredRequest(a, comp)
 	}
 	if h.Opcode == frame.OpEvent || req.reply != replyForward {
@@ -294,6 +310,7 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 		}
 	}
 	p.lwt = p.lwt || prep.LWT
+	p.id = slices.Clone(prep.ID)
 	if table != replyForward {
 		// The result columns, which EXECUTEs that skip metadata will not
 		// repeat; copied, since body is the reader's.
@@ -327,4 +344,39 @@ func (s *session) learnKeyspace(f []byte, h frame.Header, comp frame.Compression
 	}
 	ks := append([]byte(nil), name...)
 	s.keyspace.Store(&ks)
+}
+
+// preparedAs reports whether f (h), a RESULT, names the prepared
+// statement id.
+func (s *session) preparedAs(f []byte, h frame.Header, comp frame.Compression, id []byte) bool {
+	if !h.Compressed() {
+		comp = frame.CompressionNone
+	}
+	whole, err := s.responseBody(f, comp)
+	if err != nil {
+		return false
+	}
+	body, _ := frame.ResponseMessage(whole, h)
+	prep, err := frame.ParsePrepared(body, h.Version)
+	return err == nil && bytes.Equal(prep.ID, id)
+}
+
+// forgetPrepared notes, for an ERROR f (h) from u, a connection to another
+// node, that says a statement is not prepared there (the node restarted,
+// or evicted it), that it is not: the next EXECUTE prepares it again.
+func (s *session) forgetPrepared(u *upstream, f []byte, h frame.Header, comp frame.Compression) {
+	if !h.Compressed() {
+		comp = frame.CompressionNone
+	}
+	whole, err := s.responseBody(f, comp)
+	if err != nil {
+		return
+	}
+	body, _ := frame.ResponseMessage(whole, h)
+	if len(body) < 4 || int32(binary.BigEndian.Uint32(body)) != frame.ErrCodeUnprepared {
+		return
+	}
+	s.mu.Lock()
+	clear(u.prepared)
+	s.mu.Unlock()
 }

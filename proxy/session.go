@@ -33,6 +33,19 @@ type session struct {
 	// (serveLeg). Changed by the request path under mu.
 	legs    []*upstream
 	running sync.WaitGroup // the legs' response paths
+	// login is the client's STARTUP and AUTH_RESPONSEs, as forwarded, that
+	// the node accepted: a connection to another node logs in with them.
+	// Request path only; zeroed when the session ends.
+	login [][]byte
+	// replicas is routing's scratch space; asked the statement id a
+	// PREPARE the proxy asks must be answered with (ask). Request path
+	// only; asked is read by the response path while the request path
+	// waits.
+	replicas []string
+	asked    []byte
+	// written are the legs the request path queued requests on since it
+	// last pushed (push). Request path only.
+	written []*upstream
 	// respMu is held by a response path while it handles a frame: the
 	// response paths of a session's connections take turns, so that what
 	// the response path owns (answering, respScratch, markLWT, the stages'
@@ -282,11 +295,9 @@ func (s *session) giveBack() {
 	s.mu.Unlock()
 	s.endUnanswered(ended, priced)
 	s.p.inflight.Give(int64(n))
+	s.forgetLogin()
 	s.fromClient.Release()
 	s.up.from.Release()
-	for _, u := range s.legs {
-		u.from.Release()
-	}
 	s.giveDecompressed()
 }
 
@@ -437,12 +448,31 @@ func (s *session) failInFlight(err error, u *upstream, only *upstream) {
 	}
 	var lost []stream
 	var ended, priced []request
+	// The response paths take turns with this one: it writes to the
+	// client with their scratch space.
+	s.respMu.Lock()
+	defer s.respMu.Unlock()
 	s.mu.Lock()
+	asked, askedOn := false, int16(0)
 	s.streams.each(func(id int16, r request) {
-		if only == nil || r.up == only {
+		switch {
+		case only != nil && r.up != only:
+		case r.reply == replyAsked:
+			asked, askedOn = true, id
+		default:
 			lost = append(lost, stream{id, r.version})
 		}
 	})
+	if asked {
+		// The proxy's own request (legs.go), one at most, is not the
+		// client's to be answered: the request path waiting on it is
+		// told it failed.
+		s.endStream(askedOn)
+		s.p.inflight.Give(1)
+		if only != nil {
+			s.settle(refused) // else up's response path has ended every wait
+		}
+	}
 	for _, l := range lost {
 		r, _ := s.endStream(l.id)
 		if r.wrote.kind != wroteNone || r.flight != nil || r.joined != nil {

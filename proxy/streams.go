@@ -20,6 +20,7 @@ const (
 	replySupported              // rewrite SUPPORTED
 	replyStartup                // end of the handshake: READY, AUTHENTICATE or ERROR
 	replyAuth                   // an AUTH_RESPONSE: AUTH_SUCCESS, AUTH_CHALLENGE or ERROR
+	replyAsked                  // the proxy's own USE or PREPARE (legs.go): kept from the client
 )
 
 // request is what the proxy remembers of a request until its response.

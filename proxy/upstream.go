@@ -25,6 +25,14 @@ type upstream struct {
 	lwtMark        bool // the node advertises SCYLLA_LWT_ADD_METADATA_MARK
 	// node is the node's shedding signals, nil when shedding is off.
 	node *nodeSignals
+	// keyspace is the keyspace the connection is in, as the session's
+	// last USE named it. Request path only.
+	keyspace []byte
+	// prepared are the ids of the statements the session prepared on the
+	// connection (legs.go). Guarded by the session's mu.
+	prepared map[string]struct{}
+	// dead is set once the connection's response path has ended.
+	dead atomic.Bool
 
 	// inflight counts the requests sent on the connection and not yet
 	// answered. Guarded by the session's mu.

@@ -102,6 +102,10 @@ func (c *conn) flush() error {
 	if registered {
 		c.wmu.Lock()
 	}
+	// Counted before they are answered: a client that has its answer
+	// finds its request counted.
+	c.n.requests.Add(c.pending)
+	c.pending = 0
 	b := c.out
 	if c.segs != nil {
 		c.seg = c.segs.AppendFrames(c.seg[:0], c.out)
@@ -112,8 +116,6 @@ func (c *conn) flush() error {
 		c.wmu.Unlock()
 	}
 	c.out = c.out[:0]
-	c.n.requests.Add(c.pending)
-	c.pending = 0
 	return err
 }
 

@@ -1,0 +1,385 @@
+package proxy
+
+// Routing: a request with a partition goes to a node that holds it. A
+// session begins with one connection (up); in front of a cluster whose
+// ring the proxy knows (WithRing), it opens a connection of its own to
+// each other node a request is routed to, when the first such request
+// comes, and logs in there as its client did. Each connection carries the
+// identity its client authenticated with; the client's stream ids are
+// unique among its requests in flight, so they travel unchanged on
+// whichever connection runs the request.
+//
+// Before a request runs on one of these connections, the connection is
+// brought to what the request needs: the session's keyspace (USE) and,
+// for an EXECUTE, its statement prepared there (PREPARE), each asked on
+// the request's own stream while the request path waits, its answer kept
+// from the client. A node that cannot be reached, or a connection that
+// cannot be brought there, leaves the request on up, where the driver
+// sent it: it is coordinated there, as without routing.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/transport"
+)
+
+// A Ring says which nodes hold a partition.
+type Ring interface {
+	// Replicas appends to dst the CQL addresses (host:port) of the nodes
+	// holding token in keyspace, the preferred first, and returns dst
+	// unchanged when it does not know the keyspace. It must not allocate.
+	Replicas(dst []string, keyspace string, token int64) []string
+}
+
+// WithRing has the proxy route each request with a partition to a node
+// that holds it.
+func WithRing(r Ring) Option {
+	return func(p *Proxy) { p.ring = r }
+}
+
+// route is where a request would best run: the keyspace and token of its
+// (first) partition.
+type route struct {
+	keyspace string
+	token    int64
+	ok       bool
+}
+
+// routeOf returns the route of a request classified as class, or none.
+func routeOf(class *Classification) route {
+	if class == nil || !class.Pinned || class.Internal || len(class.Partitions) == 0 || class.Batch {
+		return route{}
+	}
+	p := class.Partitions[0]
+	return route{keyspace: p.Table.Keyspace, token: p.Token, ok: true}
+}
+
+// upstreamFor returns the connection to run the request req of header h
+// on, routed by r: a connection to a node that holds its partition, made
+// ready for it, or up. It runs on the request path, and may wait for a
+// node to be dialled and for the answers to what it asks the node.
+func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
+	ring := s.p.ring
+	if ring == nil || !r.ok || !s.started {
+		return s.up
+	}
+	s.replicas = ring.Replicas(s.replicas[:0], r.keyspace, r.token)
+	addr := s.choose(s.replicas)
+	if addr == "" || addr == s.up.addr {
+		return s.up
+	}
+	s.mu.Lock()
+	i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.addr == addr })
+	var u *upstream
+	if i >= 0 {
+		u = s.legs[i]
+	}
+	s.mu.Unlock()
+	if u == nil {
+		var err error
+		if u, err = s.openLeg(addr); err != nil {
+			var dial *dialError
+			if errors.As(err, &dial) {
+				s.p.nodes.failed(addr, s.now())
+			}
+			s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request goes to the connection's node")
+			return s.up
+		}
+	}
+	if !s.ready(u, h, req) {
+		return s.up
+	}
+	return u
+}
+
+// choose picks among the replicas the node to send a request to: the
+// reachable one with the fewest of the session's requests in flight, a
+// node the session has no connection to yet counting one more. It
+// returns "" when none is reachable.
+func (s *session) choose(replicas []string) string {
+	best, bestLoad := "", 0
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, addr := range replicas {
+		load := 1
+		switch {
+		case addr == s.up.addr:
+			load = s.up.inflight
+		default:
+			if i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.addr == addr }); i >= 0 {
+				load = s.legs[i].inflight
+			} else if s.p.nodes.down(addr, now) {
+				continue
+			}
+		}
+		if best == "" || load < bestLoad {
+			best, bestLoad = addr, load
+		}
+	}
+	return best
+}
+
+// openLeg opens a connection of the session to the node at addr: it
+// dials, logs in as the client did (its STARTUP and AUTH_RESPONSEs
+// again), takes the session's keyspace, and starts the connection's
+// response path.
+func (s *session) openLeg(addr string) (*upstream, error) {
+	p := s.p
+	timeout := time.Duration(p.cfg.DialTimeout)
+	u, err := dialUpstream(addr, timeout, forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
+	if err != nil {
+		p.metrics.upstreamDialErr.Inc()
+		return nil, &dialError{err}
+	}
+	s.attach(u)
+	u.conn.SetDeadline(time.Now().Add(timeout))
+	if err := s.logIn(u); err != nil {
+		u.conn.Close()
+		u.from.Release()
+		u.in.Park()
+		u.to.Close()
+		return nil, fmt.Errorf("node %s: %w", addr, err)
+	}
+	u.conn.SetDeadline(time.Time{})
+	u.in.Park()
+	s.mu.Lock()
+	if s.halted {
+		s.mu.Unlock()
+		u.conn.Close()
+		u.to.Close()
+		return nil, net.ErrClosed
+	}
+	s.legs = append(s.legs, u)
+	s.running.Add(1)
+	s.mu.Unlock()
+	go s.serveLeg(u)
+	return u, nil
+}
+
+// dialError is a failure to reach a node, as opposed to one to log in.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// attach gives u, a new connection of the session, its reader and writer.
+func (s *session) attach(u *upstream) {
+	p := s.p
+	u.from = frame.NewReader(u.in.Reader(), int(p.cfg.MaxFrameBytes))
+	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
+	u.from.SetBudget(frameBudget{s, p.responseFrames, nil, u})
+	if p.shedding != nil {
+		u.node = p.shedding.node(u.addr)
+	}
+}
+
+// logIn logs in on u, a new connection, as the client did: its STARTUP,
+// then its AUTH_RESPONSEs while the node asks for them. The connection is
+// then in the same protocol version and compression as the client's.
+func (s *session) logIn(u *upstream) error {
+	if len(s.login) == 0 {
+		return errors.New("no login to repeat")
+	}
+	startup := s.login[0]
+	h, err := s.exchange(u, startup)
+	if err != nil {
+		return fmt.Errorf("STARTUP: %w", err)
+	}
+	if h.Opcode != frame.OpReady && h.Opcode != frame.OpAuthenticate {
+		return fmt.Errorf("STARTUP answered with %s", h.Opcode)
+	}
+	if h.Version >= 5 {
+		lz4 := s.reqCompression == frame.CompressionLZ4
+		u.to.UseSegments(lz4)
+		u.from.UseSegments(lz4)
+	}
+	for _, auth := range s.login[1:] {
+		if h.Opcode == frame.OpReady || h.Opcode == frame.OpAuthSuccess {
+			break
+		}
+		if h, err = s.exchange(u, auth); err != nil {
+			return fmt.Errorf("AUTH_RESPONSE: %w", err)
+		}
+	}
+	if h.Opcode != frame.OpReady && h.Opcode != frame.OpAuthSuccess {
+		return fmt.Errorf("login answered with %s", h.Opcode)
+	}
+	if ks := s.keyspace.Load(); ks != nil {
+		if h, err = s.exchange(u, frame.AppendQueryRequest(nil, startup[0]&0x7f, 0, useStatement(*ks))); err != nil {
+			return fmt.Errorf("USE: %w", err)
+		}
+		if h.Opcode != frame.OpResult {
+			return fmt.Errorf("USE answered with %s", h.Opcode)
+		}
+		u.keyspace = *ks
+	}
+	return nil
+}
+
+// exchange writes f on u, a connection no response path reads yet, and
+// returns the header of the node's answer.
+func (s *session) exchange(u *upstream, f []byte) (frame.Header, error) {
+	if err := u.to.Write(f); err != nil {
+		return frame.Header{}, err
+	}
+	if err := u.to.Push(); err != nil {
+		return frame.Header{}, err
+	}
+	_, h, err := u.from.Next()
+	return h, err
+}
+
+// useStatement returns the USE statement for keyspace, as a node named it.
+func useStatement(keyspace []byte) []byte {
+	return []byte("USE \"" + strings.ReplaceAll(string(keyspace), "\"", "\"\"") + "\"")
+}
+
+// ready brings u, a connection of the session to another node, to what
+// the request req of header h needs there: the session's keyspace, and an
+// EXECUTE's statement prepared. It reports false when u cannot be brought
+// there; the request then goes to up.
+func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
+	if u.dead.Load() {
+		return false
+	}
+	ks := s.keyspace.Load()
+	if ks != nil && string(*ks) != string(u.keyspace) {
+		if s.ask(u, frame.AppendQueryRequest(s.reqScratch[:0], h.Version, h.Stream, useStatement(*ks)), h, nil) != accepted {
+			return false
+		}
+		u.keyspace = append(u.keyspace[:0], *ks...)
+	}
+	if h.Opcode != frame.OpExecute {
+		return true
+	}
+	st := req.prepared
+	if st == nil || st.id == nil {
+		return false
+	}
+	s.mu.Lock()
+	_, known := u.prepared[string(st.id)]
+	s.mu.Unlock()
+	if known {
+		return true
+	}
+	// A statement is prepared in the keyspace its connection was in, which
+	// is part of its id: before v5 it can be prepared again only there.
+	var inKeyspace []byte
+	if string(st.preparedIn) != string(u.keyspace) {
+		if h.Version < 5 {
+			return false
+		}
+		inKeyspace = st.preparedIn
+	}
+	f := frame.AppendPrepareRequest(s.reqScratch[:0], h.Version, h.Stream, st.statement, inKeyspace)
+	if s.ask(u, f, h, st.id) != accepted {
+		return false
+	}
+	s.mu.Lock()
+	if u.prepared == nil {
+		u.prepared = make(map[string]struct{})
+	}
+	u.prepared[string(st.id)] = struct{}{}
+	s.mu.Unlock()
+	return true
+}
+
+// ask sends f, a request of the proxy's own, on u on the stream of the
+// request of header h, and waits for the node's verdict; for a PREPARE,
+// id is the statement id it must answer with. The answer does not reach
+// the client.
+func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict {
+	if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
+		return refused
+	}
+	s.asked = id
+	s.mu.Lock()
+	req := request{start: s.now(), version: h.Version, reply: replyAsked}
+	s.sentOn(&req, u)
+	s.streams.begin(h.Stream, req)
+	s.awaiting.Store(true)
+	s.mu.Unlock()
+	s.wrote(u)
+	if err := u.to.Write(f); err != nil {
+		u.conn.Close() // its response path ends what is in flight on it
+	}
+	if err := s.push(); err != nil {
+		return refused
+	}
+	v := <-s.answered
+	s.asked = nil
+	return v
+}
+
+// serveLeg is the response path of u, a connection of the session to
+// another node. When it ends, the requests in flight on u are answered
+// with an error, and the session goes on without u.
+func (s *session) serveLeg(u *upstream) {
+	defer s.running.Done()
+	err := s.serveResponses(u)
+	u.dead.Store(true)
+	s.mu.Lock()
+	s.legs = slices.DeleteFunc(s.legs, func(l *upstream) bool { return l == u })
+	s.mu.Unlock()
+	switch {
+	case err == nil:
+		// Draining, and nothing is left in flight.
+		s.close()
+	case errors.Is(err, errClientGone):
+		s.clientGone.Store(true)
+		s.close()
+	case !s.clientGone.Load():
+		s.logEnd("upstream", err)
+		s.failInFlight(err, u, u)
+	}
+	u.conn.Close()
+	u.to.Close()
+	u.from.Release()
+}
+
+// nodes are the nodes the proxy found it could not reach, which routing
+// avoids for a while.
+type nodes struct {
+	mu    sync.Mutex
+	any   atomic.Bool
+	until map[string]int64 // node -> until when, in the proxy's nanoseconds
+}
+
+// nodeRetry is how long a node the proxy could not reach is avoided.
+const nodeRetry = int64(2 * time.Second)
+
+// failed notes that node could not be reached at now.
+func (n *nodes) failed(node string, now int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.until == nil {
+		n.until = make(map[string]int64)
+	}
+	n.until[node] = now + nodeRetry
+	n.any.Store(true)
+}
+
+// down reports whether node is avoided at now.
+func (n *nodes) down(node string, now int64) bool {
+	if !n.any.Load() {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	until, ok := n.until[node]
+	if ok && now >= until {
+		delete(n.until, node)
+		n.any.Store(len(n.until) > 0)
+		return false
+	}
+	return ok
+}
