@@ -101,28 +101,17 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 }
 
 // choose picks among the replicas the node to send a request to: the
-// reachable one with the fewest of the session's requests in flight, a
-// node the session has no connection to yet counting one more. It
-// returns "" when none is reachable.
+// reachable one of the best score (replicas.go). It returns "" when none
+// is reachable.
 func (s *session) choose(replicas []string) string {
-	best, bestLoad := "", 0
+	best, bestScore := "", 0.0
 	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, addr := range replicas {
-		load := 1
-		switch {
-		case addr == s.up.addr:
-			load = s.up.inflight
-		default:
-			if i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.addr == addr }); i >= 0 {
-				load = s.legs[i].inflight
-			} else if s.p.nodes.down(addr, now) {
-				continue
-			}
+		if addr != s.up.addr && s.p.nodes.down(addr, now) {
+			continue
 		}
-		if best == "" || load < bestLoad {
-			best, bestLoad = addr, load
+		if score := s.p.loads.of(addr).score(now); best == "" || score < bestScore {
+			best, bestScore = addr, score
 		}
 	}
 	return best
@@ -177,6 +166,7 @@ func (s *session) attach(u *upstream) {
 	u.from = frame.NewReader(u.in.Reader(), int(p.cfg.MaxFrameBytes))
 	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
 	u.from.SetBudget(frameBudget{s, p.responseFrames, nil, u})
+	u.load = p.loads.of(u.addr)
 	if p.shedding != nil {
 		u.node = p.shedding.node(u.addr)
 	}

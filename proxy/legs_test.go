@@ -116,8 +116,9 @@ func TestRoutedToReplica(t *testing.T) {
 				got[i] = n.Requests() - before[i]
 			}
 			// The driver's control connection may ask its node something
-			// meanwhile (gocql polls for schema agreement).
-			if got[1] != want[1] || got[2] != want[2] || got[0] < want[0] || got[0] > want[0]+3 {
+			// meanwhile; the other two nodes' exact counts show that
+			// every read and write ran on them.
+			if got[1] != want[1] || got[2] != want[2] || got[0] < want[0] || got[0] > want[0]+10 {
 				t.Errorf("requests per node %v, want %v", got, want)
 			}
 		})

@@ -40,8 +40,10 @@ type Proxy struct {
 	prepared *preparedRegistry
 	// ring says which nodes hold a partition (WithRing), nil when the
 	// proxy does not route; nodes are the nodes routing avoids.
-	ring    Ring
-	nodes   nodes
+	ring  Ring
+	nodes nodes
+	// loads are the nodes' loads, as routing ranks replicas by them.
+	loads   nodeLoads
 	schema  SchemaSource
 	observe func(*Classification)
 	stopBg  func()    // stops background work (schema loading)

@@ -155,6 +155,9 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	if ok {
 		s.p.inflight.Give(1)
 		a.f, a.h, a.now, a.timed = f, h, s.now(), t.timed(s.clientWaits.Load())
+		if a.timed && u.load != nil {
+			u.load.observe(a.now-req.start, a.now)
+		}
 		if u != s.up && h.Opcode == frame.OpError && req.prepared != nil {
 			s.forgetPrepared(u, f, h, comp)
 		}

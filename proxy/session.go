@@ -143,6 +143,7 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	clientIn := transport.NewLazyReader(guard, guard.in, &p.reads)
 	u.from = frame.NewReader(u.in.Reader(), int(p.cfg.MaxFrameBytes))
 	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
+	u.load = p.loads.of(u.addr)
 	s := &session{
 		p:          p,
 		log:        log,
@@ -559,6 +560,9 @@ func (s *session) endStream(id int16) (request, bool) {
 	r, ok := s.streams.end(id)
 	if ok && r.up != nil {
 		r.up.inflight--
+		if r.up.load != nil {
+			r.up.load.inflight.Add(-1)
+		}
 	}
 	return r, ok
 }
@@ -569,6 +573,9 @@ func (s *session) sentOn(r *request, u *upstream) {
 		u.activity++ // the node's silence counts from now
 	}
 	u.inflight++
+	if u.load != nil {
+		u.load.inflight.Add(1)
+	}
 	r.up = u
 }
 

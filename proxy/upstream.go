@@ -23,8 +23,10 @@ type upstream struct {
 	to             *transport.Writer
 	rateLimitError bool // the node advertises SCYLLA_RATE_LIMIT_ERROR
 	lwtMark        bool // the node advertises SCYLLA_LWT_ADD_METADATA_MARK
-	// node is the node's shedding signals, nil when shedding is off.
+	// node is the node's shedding signals, nil when shedding is off; load
+	// its load, as routing sees it (replicas.go).
 	node *nodeSignals
+	load *nodeLoad
 	// keyspace is the keyspace the connection is in, as the session's
 	// last USE named it. Request path only.
 	keyspace []byte

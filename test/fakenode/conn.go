@@ -160,6 +160,13 @@ func (c *conn) handle(f []byte, h frame.Header) error {
 		}
 		body = body[n:]
 	}
+	if d := c.n.delay.Load(); d > 0 && (h.Opcode == frame.OpExecute || h.Opcode == frame.OpQuery || h.Opcode == frame.OpBatch) {
+		// A slow node: each connection's requests wait in turn.
+		if err := c.flush(); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(d))
+	}
 	switch h.Opcode {
 	case frame.OpExecute:
 		c.execute(body, h)

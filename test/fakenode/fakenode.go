@@ -104,6 +104,7 @@ type Node struct {
 	rows                                                        [2]*answer // by skip_metadata
 	prepared                                                    atomic.Pointer[map[string]*statement]
 	requests                                                    atomic.Uint64
+	delay                                                       atomic.Int64 // SetDelay's, in nanoseconds
 	slowRequests                                                atomic.Uint64
 
 	mu       sync.Mutex // guards what follows and writers of prepared
@@ -177,6 +178,11 @@ func Start(addr string, opts Options) (*Node, error) {
 
 // Addr is the address the node listens on.
 func (n *Node) Addr() string { return n.ln.Addr().String() }
+
+// SetDelay makes every QUERY, EXECUTE and BATCH wait d before it is
+// answered, one after another on each connection, as on a slow node; 0
+// ends it.
+func (n *Node) SetDelay(d time.Duration) { n.delay.Store(int64(d)) }
 
 // Requests is how many requests the node has answered.
 func (n *Node) Requests() uint64 { return n.requests.Load() }

@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/test/fakenode"
+)
+
+func TestNodeScore(t *testing.T) {
+	t.Parallel()
+	const ms = int64(time.Millisecond)
+	// load makes a node that answered each of latencies, the last at
+	// seen, with inflight requests waiting.
+	load := func(inflight int64, seen int64, latencies ...int64) *nodeLoad {
+		n := &nodeLoad{}
+		for _, l := range latencies {
+			n.observe(l, seen)
+		}
+		n.inflight.Store(inflight)
+		return n
+	}
+	now := 10 * int64(time.Second)
+	cases := []struct {
+		name        string
+		a, b        *nodeLoad
+		wantAbetter bool
+	}{
+		{"faster", load(0, now, ms, ms), load(0, now, 10*ms, 10*ms), true},
+		{"slowed since", load(0, now, ms, 20*ms, 20*ms, 20*ms), load(0, now, 2*ms, 2*ms), false},
+		{"queue cubed", load(3, now, ms), load(0, now, 10*ms), false},
+		{"short queue", load(1, now, ms), load(0, now, 10*ms), true},
+		{"never answered is tried", load(0, 0), load(0, now, ms), true},
+		{"stale is tried again", load(0, now-2*staleAfter, ms, 50*ms, 50*ms), load(0, now, 2*ms), true},
+	}
+	for _, tc := range cases {
+		if got := tc.a.score(now) < tc.b.score(now); got != tc.wantAbetter {
+			t.Errorf("%s: score %.0f vs %.0f; want the first better: %t", tc.name, tc.a.score(now), tc.b.score(now), tc.wantAbetter)
+		}
+	}
+}
+
+// bothRing makes two nodes replicas of every token, the first preferred.
+type bothRing struct{ first, second string }
+
+func (r bothRing) Replicas(dst []string, keyspace string, token int64) []string {
+	return append(dst, r.first, r.second)
+}
+
+// A slow replica gets less of the traffic while it is slow, and its share
+// back once it recovers.
+func TestSlowReplicaAvoided(t *testing.T) {
+	t.Parallel()
+	var nodes [3]*fakenode.Node
+	for i := range nodes {
+		n, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		nodes[i] = n
+	}
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
+	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}),
+		WithRing(bothRing{first: nodes[1].Addr(), second: nodes[2].Addr()}))
+	cluster := gocql.NewCluster(addr)
+	cluster.NumConns = 4
+	s, err := cluster.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// share runs reads from several goroutines and returns the share of
+	// them the preferred replica ran.
+	share := func() float64 {
+		before1, before2 := nodes[1].Requests(), nodes[2].Requests()
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for k := range 50 {
+					key := int64(g*1000 + k)
+					if err := s.Query("SELECT v FROM bench.kv WHERE k = ?", key).Exec(); err != nil {
+						t.Errorf("read: %v", err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		d1, d2 := nodes[1].Requests()-before1, nodes[2].Requests()-before2
+		return float64(d1) / float64(d1+d2)
+	}
+	share() // every connection has its legs, and each node its scores
+	nodes[1].SetDelay(5 * time.Millisecond)
+	if got := share(); got > 0.2 {
+		t.Errorf("the slow replica ran %.0f%% of the reads, want under 20%%", 100*got)
+	}
+	nodes[1].SetDelay(0)
+	time.Sleep(time.Duration(staleAfter)) // what it was is forgotten
+	if got := share(); got < 0.25 {
+		t.Errorf("the recovered replica ran %.0f%% of the reads, want over 25%%", 100*got)
+	}
+}
