@@ -71,13 +71,28 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 	if ring == nil || !r.ok || !s.started {
 		return s.up
 	}
-	s.replicas = ring.Replicas(s.replicas[:0], r.keyspace, r.token)
+	u := s.replica(r, h, req)
+	if u == nil {
+		s.p.metrics.routed[routedFallback].Inc()
+		return s.up
+	}
+	s.p.metrics.routed[routedReplica].Inc()
+	return u
+}
+
+// replica returns the connection to the replica of r chosen to run the
+// request req of header h, made ready for it, or nil when there is none.
+func (s *session) replica(r route, h frame.Header, req *request) *upstream {
+	s.replicas = s.p.ring.Replicas(s.replicas[:0], r.keyspace, r.token)
 	addr := s.choose(s.replicas)
-	if addr == "" || addr == s.up.addr {
+	switch addr {
+	case "":
+		return nil
+	case s.up.at:
 		return s.up
 	}
 	s.mu.Lock()
-	i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.addr == addr })
+	i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.at == addr })
 	var u *upstream
 	if i >= 0 {
 		u = s.legs[i]
@@ -86,16 +101,18 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 	if u == nil {
 		var err error
 		if u, err = s.openLeg(addr); err != nil {
+			s.p.metrics.legsFailed.Inc()
 			var dial *dialError
 			if errors.As(err, &dial) {
 				s.p.nodes.failed(addr, s.now())
 			}
-			s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request goes to the connection's node")
-			return s.up
+			s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request runs on the connection's first node")
+			return nil
 		}
+		s.p.metrics.legsOpened.Inc()
 	}
 	if !s.ready(u, h, req) {
-		return s.up
+		return nil
 	}
 	return u
 }
@@ -107,7 +124,7 @@ func (s *session) choose(replicas []string) string {
 	best, bestScore := "", 0.0
 	now := s.now()
 	for _, addr := range replicas {
-		if addr != s.up.addr && s.p.nodes.down(addr, now) {
+		if addr != s.up.at && s.p.nodes.down(addr, now) {
 			continue
 		}
 		if score := s.p.loads.of(addr).score(now); best == "" || score < bestScore {

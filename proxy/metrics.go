@@ -42,7 +42,21 @@ type Metrics struct {
 	// rejections are by keyspace, table, op and outcome ("rejected" or
 	// "dry_run"); resolved per rejection, which is off the forwarding path.
 	rejections *prometheus.CounterVec
+	// routed counts requests with a partition, by where they ran
+	// (legs.go); legsOpened and legsFailed count the connections sessions
+	// opened to other nodes, and those they could not.
+	routed     [routedOutcomes]prometheus.Counter
+	legsOpened prometheus.Counter
+	legsFailed prometheus.Counter
 }
+
+// Where a request with a partition ran, as cqlguard_routed_requests_total
+// counts it.
+const (
+	routedReplica  = iota // on a node that holds the partition
+	routedFallback        // on the connection's node, which does not, or may not
+	routedOutcomes
+)
 
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -83,6 +97,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "cqlguard_client_in_flight_waits_total",
 		Help: "Times a client connection's request path waited for a bound on requests in flight (limit: max_in_flight_per_connection, or max_in_flight over all connections); the proxy reads nothing more from that client until a request is answered."},
 		[]string{"limit"})
+	routed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cqlguard_routed_requests_total",
+		Help: "Requests with a partition, in front of a cluster whose ring the proxy knows, by where they ran: replica (a node that holds the partition), or fallback (the connection's first node: no replica could be reached or brought ready)."},
+		[]string{"to"})
+	m.routed[routedReplica] = routed.WithLabelValues("replica")
+	m.routed[routedFallback] = routed.WithLabelValues("fallback")
+	m.legsOpened = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cqlguard_upstream_routed_connections_total",
+		Help: "Connections client sessions opened to nodes other than their first, to run requests routed there."})
+	m.legsFailed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cqlguard_upstream_routed_connection_errors_total",
+		Help: "Connections to a replica a session could not open, or log in on; its requests ran on the session's first node."})
 	m.inFlightWaits = waits.WithLabelValues("max_in_flight_per_connection")
 	m.proxyInFlightWaits = waits.WithLabelValues("max_in_flight")
 	frames := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -102,7 +128,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
-		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes)
+		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes,
+		routed, m.legsOpened, m.legsFailed)
 	return m
 }
 

@@ -16,7 +16,9 @@ import (
 // upstream is a connection to an upstream node. In a session its
 // response path reads it (from) and its request path writes it (to).
 type upstream struct {
-	addr           string
+	// addr is the address the proxy dialled, and at the node's address
+	// as IP:port, which a ring names it by.
+	addr, at       string
 	conn           net.Conn
 	in             *transport.LazyReader // holds from's buffer while bytes come
 	from           *frame.Reader
@@ -74,7 +76,7 @@ func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs 
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}
 	in := transport.NewSockReader(c)
-	u := &upstream{addr: addr, conn: c, in: transport.NewLazyReader(in, in, bufs)}
+	u := &upstream{addr: addr, at: c.RemoteAddr().String(), conn: c, in: transport.NewLazyReader(in, in, bufs)}
 	u.in.Take()
 	c.SetDeadline(time.Now().Add(timeout))
 	options := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: 0, Opcode: frame.OpOptions})
