@@ -3,6 +3,8 @@ package proxy
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +124,121 @@ func TestRoutedToReplica(t *testing.T) {
 				t.Errorf("requests per node %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// keyOn returns a bigint key of bench.kv whose token is below zero (low)
+// or not.
+func keyOn(t *testing.T, low bool, after int) int {
+	t.Helper()
+	for k := after + 1; ; k++ {
+		if tokenOf(binary.BigEndian.AppendUint64(nil, uint64(k))) < 0 == low {
+			return k
+		}
+	}
+}
+
+// proxyHeap returns the heap in use that the proxy's own code allocated,
+// as the memory profile saw it at the last collection: what was allocated
+// with a frame of a non-test file of proxy/ or transport/ on its stack,
+// and none of a test file's or the fake node's. It needs
+// runtime.MemProfileRate at 1 from before the allocations.
+func proxyHeap() int64 {
+	for range 3 {
+		runtime.GC()
+	}
+	n, _ := runtime.MemProfile(nil, false)
+	recs := make([]runtime.MemProfileRecord, n+64)
+	n, _ = runtime.MemProfile(recs, false)
+	var sum int64
+	for _, r := range recs[:n] {
+		frames := runtime.CallersFrames(r.Stack())
+		own := false
+		for {
+			f, more := frames.Next()
+			if strings.HasSuffix(f.File, "_test.go") || strings.Contains(f.Function, "/fakenode.") {
+				own = false
+				break
+			}
+			if strings.HasPrefix(f.Function, "github.com/cqlguard/cqlguard/proxy.") || strings.HasPrefix(f.Function, "github.com/cqlguard/cqlguard/transport.") {
+				own = true
+			}
+			if !more {
+				break
+			}
+		}
+		if own {
+			sum += r.InUseBytes()
+		}
+	}
+	return sum
+}
+
+// proxyGoroutines counts the goroutines the proxy's code started.
+func proxyGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "\ncreated by github.com/cqlguard/cqlguard/proxy.")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// A connection a session opens to another node costs the proxy less than
+// an idle client connection does: its goroutine, its writer, and read
+// buffers only while bytes arrive. The figures are logged (go test -run
+// IdleLegMemory -v).
+func TestIdleLegMemory(t *testing.T) {
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 1
+	var nodes [3]*fakenode.Node
+	for i := range nodes {
+		n, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		nodes[i] = n
+	}
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
+	p, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}),
+		WithRing(splitRing{low: nodes[1].Addr(), high: nodes[2].Addr()}))
+	const n = 100
+	// cost opens n sessions and has each read the keys, and returns the
+	// proxy's heap per session once they are idle.
+	cost := func(keys ...int) (heap, goroutines float64) {
+		settle(t)
+		heap0, g0 := proxyHeap(), proxyGoroutines()
+		conns := make([]*stubClient, n)
+		for i := range conns {
+			conns[i] = dialStub(t, addr)
+			for j, k := range keys {
+				conns[i].write(stubQuery(int16(j), fmt.Sprintf("SELECT v FROM bench.kv WHERE k = %d", k)))
+				if _, code, msg, err := conns[i].next(); err != nil || code != 0 {
+					t.Fatalf("read: %#x %s %v", code, msg, err)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		tickSessions(p)
+		tickSessions(p)
+		heap1, g1 := proxyHeap(), proxyGoroutines()
+		for _, c := range conns {
+			c.c.Close()
+		}
+		return float64(heap1-heap0) / n, float64(g1-g0) / n
+	}
+	low, high := keyOn(t, true, 0), keyOn(t, false, 0)
+	one, oneG := cost()
+	three, threeG := cost(low, high)
+	leg, legG := (three-one)/2, (threeG-oneG)/2
+	t.Logf("the proxy's heap per idle session: %.0f B with one connection to a node, %.0f B with three; per connection to another node %.0f B and %.1f goroutines (%.1f per session)",
+		one, three, leg, legG, oneG)
+	if leg > one {
+		t.Errorf("an idle connection to another node costs %.0f B of heap, more than a whole session with one (%.0f B)", leg, one)
 	}
 }
