@@ -152,6 +152,8 @@ type Config struct {
 	RequestUnits RequestUnitsConfig `yaml:"request_units"`
 	// Shedding sheds the least important tiers when a node slows.
 	Shedding SheddingConfig `yaml:"shedding"`
+	// Routing says where cluster mode runs each request.
+	Routing RoutingConfig `yaml:"routing"`
 
 	// file is the file the configuration was read from, and sum the
 	// SHA-256 of its contents, so that a Watcher can tell whether the file
@@ -379,6 +381,7 @@ func Default() Config {
 		Clients:                  defaultClients(),
 		RequestUnits:             defaultRequestUnits(),
 		Shedding:                 defaultShedding(),
+		Routing:                  defaultRouting(),
 		Log:                      LogConfig{Level: "info", Format: "json"},
 		Limits: LimitsConfig{
 			Algorithm:     ratelimit.AlgorithmScylla,
@@ -429,6 +432,7 @@ func (c *Config) Validate() error {
 	c.Clients.validate(&ps)
 	c.RequestUnits.validate(&ps)
 	c.Shedding.validate(&ps)
+	c.Routing.validate(&ps)
 	return ps.err()
 }
 

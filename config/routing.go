@@ -1,0 +1,35 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// RoutingConfig configures where cluster mode runs each request.
+type RoutingConfig struct {
+	// Replicas, in cluster mode, runs each request with a partition on a
+	// node that holds it: the proxy reads the cluster's ring and each
+	// client connection opens a connection of its own to each replica its
+	// requests go to, logged in as the client. Off, every request of a
+	// connection runs on the one node it was opened to.
+	Replicas bool `yaml:"replicas"`
+	// LocalDatacenter is the datacenter whose replicas are preferred; the
+	// others serve a partition only when it has no replica there. Empty
+	// means the datacenter of the upstreams.
+	LocalDatacenter string `yaml:"local_datacenter"`
+	// Refresh is how often the ring is read again; a node the proxy
+	// cannot reach also makes it read the ring soon.
+	Refresh Duration `yaml:"refresh"`
+}
+
+// defaultRouting is the routing section's default: replicas in cluster
+// mode, the ring read again every 10 seconds, a few queries each time.
+func defaultRouting() RoutingConfig {
+	return RoutingConfig{Replicas: true, Refresh: Duration(10 * time.Second)}
+}
+
+func (r *RoutingConfig) validate(ps *problems) {
+	if r.Refresh < Duration(time.Second) {
+		ps.add(fmt.Errorf("%s is under 1s", time.Duration(r.Refresh)), "routing", "refresh")
+	}
+}
