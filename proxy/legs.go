@@ -105,6 +105,9 @@ func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 			var dial *dialError
 			if errors.As(err, &dial) {
 				s.p.nodes.failed(addr, s.now())
+				if s.p.ringStale != nil {
+					s.p.ringStale() // the node may have left the ring
+				}
 			}
 			s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request runs on the connection's first node")
 			return nil

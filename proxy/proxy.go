@@ -39,9 +39,11 @@ type Proxy struct {
 	topo     *topology
 	prepared *preparedRegistry
 	// ring says which nodes hold a partition (WithRing), nil when the
-	// proxy does not route; nodes are the nodes routing avoids.
-	ring  Ring
-	nodes nodes
+	// proxy does not route; ringStale asks for it to be read again, and
+	// nodes are the nodes routing avoids.
+	ring      Ring
+	ringStale func()
+	nodes     nodes
 	// loads are the nodes' loads, as routing ranks replicas by them.
 	loads   nodeLoads
 	schema  SchemaSource
@@ -173,12 +175,15 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	p.reload.init(reg, cfg)
 	p.commit(first)
 	if p.schema == nil {
-		s, stop, err := startSchema(context.Background(), cfg, first.next.upstreamTLS, log)
+		s, src, stop, err := startSchema(context.Background(), cfg, first.next.upstreamTLS, log)
 		if err != nil {
 			p.stopCoordination()
 			return nil, err
 		}
 		p.schema, p.stopBg = s, stop
+		if p.ring == nil && cfg.Mode == config.ModeCluster && cfg.Routing.Replicas {
+			p.stopBg = p.startRing(src, stop)
+		}
 	}
 	p.topo.onSchemaChange = p.schema.Refresh
 	reg.MustRegister(newGuardCollector(p))

@@ -51,6 +51,21 @@ func (u *upstreamSchema) Load(ctx context.Context) (*schema.Snapshot, error) {
 	return snap, err
 }
 
+// withSession runs fn with the session the schema is read with, dialled
+// if need be, for others that read the upstreams' system tables.
+func (u *upstreamSchema) withSession(ctx context.Context, fn func(*gocql.Session) error) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session == nil {
+		s, err := loader.Dial(ctx, u.cfg)
+		if err != nil {
+			return err
+		}
+		u.session = s
+	}
+	return fn(u.session)
+}
+
 func (u *upstreamSchema) close() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -61,10 +76,10 @@ func (u *upstreamSchema) close() {
 
 // startSchema starts loading the schema from cfg's upstreams until ctx
 // ends.
-func startSchema(ctx context.Context, cfg config.Config, tlsConf *tls.Config, log zerolog.Logger) (*loader.Schema, func(), error) {
+func startSchema(ctx context.Context, cfg config.Config, tlsConf *tls.Config, log zerolog.Logger) (*loader.Schema, *upstreamSchema, func(), error) {
 	password, err := cfg.Schema.Password()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	src := &upstreamSchema{cfg: loader.DialConfig{
 		Upstreams: cfg.Upstreams,
@@ -81,5 +96,5 @@ func startSchema(ctx context.Context, cfg config.Config, tlsConf *tls.Config, lo
 		defer close(done)
 		s.Run(ctx)
 	}()
-	return s, func() { cancel(); <-done; src.close() }, nil
+	return s, src, func() { cancel(); <-done; src.close() }, nil
 }
