@@ -25,6 +25,9 @@ package ring
 // a node that holds the data: the walk stops in a datacenter once its full
 // replicas are taken, which picks the same nodes as the walk for all of
 // them would, since the repeats allowed are those of the whole factor.
+//
+// ScyllaDB's NetworkTopologyStrategy makes the same walk for keyspaces
+// without tablets (its locator/network_topology_strategy.cc).
 
 import "fmt"
 
