@@ -18,11 +18,13 @@ var unitlessFields = map[string]bool{
 	"conn":            true,
 	"keyspaces":       true,
 	"max_connections": true,
+	"nodes":           true,
 	"opcode":          true,
 	"proxies":         true,
 	"requests":        true,
 	"stream":          true,
 	"tables":          true,
+	"tokens":          true,
 	"version":         true,
 }
 
