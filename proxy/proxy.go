@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/fleet"
 	"github.com/cqlguard/cqlguard/ratelimit"
@@ -37,9 +38,9 @@ type Proxy struct {
 	log      zerolog.Logger
 	metrics  *Metrics
 	topo     *topology
-	prepared *preparedRegistry
+	prepared *classify.Registry
 	schema   SchemaSource
-	observe  func(*Classification)
+	observe  func(*classify.Classification)
 	stopBg   func()    // stops background work (schema loading)
 	epoch    time.Time // origin of the monotonic request timestamps
 	// epochUnix is epoch in Unix nanoseconds: the limiter's clock reads
@@ -101,7 +102,7 @@ type Option func(*Proxy)
 // WithObserver has the proxy call fn with the classification of every
 // QUERY, EXECUTE and BATCH, on the request path, before it is forwarded:
 // for tests and tools. fn must not keep the classification.
-func WithObserver(fn func(*Classification)) Option {
+func WithObserver(fn func(*classify.Classification)) Option {
 	return func(p *Proxy) { p.observe = fn }
 }
 
@@ -127,7 +128,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		log:      log,
 		metrics:  m,
 		topo:     topo,
-		prepared: newPreparedRegistry(cfg.MaxPreparedStatements),
+		prepared: classify.NewRegistry(cfg.MaxPreparedStatements, int(cfg.MaxPreparedBytes)),
 		epoch:    time.Now(),
 		sessions: map[*session]struct{}{},
 		stopBg:   func() {},
@@ -136,7 +137,6 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 
 		refuseTimeout: refuseTimeout,
 	}
-	p.prepared.maxBytes = int(cfg.MaxPreparedBytes)
 	p.requestFrames = transport.NewBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	p.responseFrames = transport.NewBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	if cfg.MaxBufferedBytesTotal > 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -222,7 +223,7 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 	case h.Opcode != frame.OpResult:
 		return f, true, nil
 	case req.reply == replyPrepared:
-		out, err := s.learnPrepared(f, h, comp, req.table, req.prepared)
+		out, err := s.learnPrepared(f, h, comp, req.prepared)
 		return out, true, err
 	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
 		body, err := s.responseBody(f, comp)
@@ -231,7 +232,7 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 		}
 		var cols []string
 		if req.prepared != nil {
-			cols = req.prepared.columns
+			cols = req.prepared.Columns()
 		}
 		out, err := t.rows(f, h, body, req.reply, cols)
 		return out, true, err
@@ -252,11 +253,11 @@ func (s *session) responseBody(f []byte, comp frame.Compression) ([]byte, error)
 }
 
 // learnPrepared records the statement a RESULT Prepared f names: what the
-// request path learned of its text (p), completed with the partition key
-// indexes the upstream reports. It returns f, or f with the LWT mark set
-// for a conditional statement when the driver asked for the mark and the
-// upstream does not set it.
-func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply, p *preparedStatement) ([]byte, error) {
+// request path learned of its text (p), completed with what the upstream
+// reports (classify.Registry.Learn). It returns f, or f with the LWT mark
+// set for a conditional statement when the driver asked for the mark and
+// the upstream does not set it.
+func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, p *classify.Prepared) ([]byte, error) {
 	whole, err := s.responseBody(f, comp)
 	if err != nil {
 		return nil, err
@@ -269,32 +270,8 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 	if err != nil {
 		return nil, fmt.Errorf("RESULT Prepared: %w", err)
 	}
-	if p == nil {
-		p = &preparedStatement{}
-	}
-	p.table = table
-	if p.sources == nil && prep.PKIndexes.Len() > 0 && p.op != OpNone {
-		// The schema did not say (a table it does not know yet, say), but
-		// the upstream did (v4 and later): each partition key column is
-		// one bound variable.
-		for i := range prep.PKIndexes.Len() {
-			p.sources = append(p.sources, []pkSource{{index: int32(prep.PKIndexes.At(i))}})
-		}
-		if len(p.keyspace) == 0 {
-			p.keyspace = append([]byte(nil), prep.Keyspace...)
-		}
-	}
-	p.lwt = p.lwt || prep.LWT
-	if table != replyForward {
-		// The result columns, which EXECUTEs that skip metadata will not
-		// repeat; copied, since body is the reader's.
-		p.columns = make([]string, 0, prep.Result.Len())
-		for col, ok := prep.Result.Next(); ok; col, ok = prep.Result.Next() {
-			p.columns = append(p.columns, string(col.Name))
-		}
-	}
-	s.p.prepared.put(prep.ID, p)
-	if s.markLWT && p.lwt && !prep.LWT {
+	p = s.p.prepared.Learn(p, &prep)
+	if s.markLWT && p.LWT() && !prep.LWT {
 		return frame.AppendPreparedLWT(nil, h, whole)
 	}
 	return f, nil

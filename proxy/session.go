@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/transport"
 )
@@ -81,8 +82,13 @@ type session struct {
 	// heldLarge is set once the classifier or decomp may hold on to a
 	// request larger than largeFrame, which they must let go of before the
 	// connection idles. Request path only.
-	heldLarge  bool
-	classifier classifier // request path only
+	heldLarge bool
+	// classifier classifies each request against classifiedIn: the
+	// prepared statements, the connection's keyspace and the bound on
+	// partitions the request being handled was classified against, and
+	// the schema while it is. Request path only.
+	classifier   classify.Classifier
+	classifiedIn classify.Env
 	// call is the request the stages decide (pipeline.go), request path
 	// only; answering the answer their answered hooks are handed,
 	// response path only.
@@ -327,8 +333,9 @@ func (s *session) upstreamStalled(timeout time.Duration) {
 }
 
 // largeFrame is the size past which a request is not kept alive by an
-// idle connection (see classifier.release), as frame.Reader does not keep
-// the buffers of frames past 64 KiB.
+// idle connection (see session.idle), as frame.Reader does not keep the
+// buffers of frames past 64 KiB, nor classify.Classifier.Release its
+// scratch space.
 const largeFrame = 64 << 10
 
 // negotiating reports whether a frame's version byte is one a driver asks

@@ -1,21 +1,27 @@
-package proxy
+package classify
+
+// The registry of prepared statements: bounded in count and in bytes, the
+// oldest forgotten first, shared by every connection.
 
 import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
 )
 
-// preparedStatement is what the proxy knows of a prepared statement.
-type preparedStatement struct {
-	// table is the topology table the statement reads, whose rows the
-	// proxy rewrites, or replyForward.
-	table reply
-	// columns are a topology query's result columns, for EXECUTEs that
+// Prepared is what is known of a prepared statement: what a PREPARE's
+// text says, completed with the upstream's answer (Registry.Learn). Once
+// recorded it does not change, but for the schema it was last resolved
+// against: a statement resolved later replaces it.
+type Prepared struct {
+	// topology is the table drivers learn the cluster from that the
+	// statement reads, and columns its result columns, for EXECUTEs that
 	// skip metadata.
-	columns []string
+	topology Topology
+	columns  []string
 
 	// What classification needs: the statement's table and operation, and
 	// where each partition key component comes from (nil when the
@@ -40,7 +46,7 @@ type preparedStatement struct {
 // resolve returns the statement prepared as id, resolved against snap if
 // it was not yet and snap is newer than the last try; the resolved
 // statement replaces p in the registry. It allocates only when it tries.
-func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema.Snapshot, c *classifier) *preparedStatement {
+func (r *Registry) resolve(id []byte, p *Prepared, snap *schema.Snapshot, c *Classifier) *Prepared {
 	if p.sources != nil || p.jsonIndex > 0 || p.text == nil || p.tried.Load() == snap {
 		return p
 	}
@@ -49,7 +55,7 @@ func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema
 	if n.sources == nil && n.jsonIndex == 0 {
 		return p
 	}
-	n.table, n.columns, n.lwt = p.table, p.columns, n.lwt || p.lwt
+	n.columns, n.lwt = p.columns, n.lwt || p.lwt
 	n.text = nil
 	r.put(id, n)
 	return n
@@ -58,7 +64,7 @@ func (r *preparedRegistry) resolve(id []byte, p *preparedStatement, snap *schema
 // size estimates the memory the statement holds, for max_prepared_bytes:
 // its own fields and everything they point to, at Go's allocation sizes
 // to within a word or so.
-func (p *preparedStatement) size() int {
+func (p *Prepared) size() int {
 	const word, header = 8, 24
 	n := 184 + len(p.keyspace) + len(p.tableName) + len(p.text) + len(p.literals)
 	n += 2 * word * len(p.columns) // string headers
@@ -77,17 +83,17 @@ func (p *preparedStatement) size() int {
 // contend with a PREPARE on another.
 const preparedShards = 64
 
-// preparedRegistry remembers what the proxy learned of each prepared
-// statement, shared by all connections (drivers prepare on one connection
-// and execute on others). It holds at most maxCount statements and, but for
-// a single statement larger than that, maxBytes of them; past either the
-// oldest are forgotten, and an EXECUTE of a forgotten id is answered with
-// Unprepared so that the driver prepares it again through the proxy.
+// A Registry remembers what was learned of each prepared statement, by id,
+// shared by all connections (drivers prepare on one connection and execute
+// on others). It holds at most maxCount statements and, but for a single
+// statement larger than that, maxBytes of them; past either the oldest are
+// forgotten, and an EXECUTE of a forgotten id is classified as Unprepared
+// so that the driver can be told to prepare it again.
 //
 // Lookups take only their shard's lock. Additions, which follow a PREPARE's
 // answer and are rare, also take mu, which keeps the order of arrival over
 // all shards so that the bounds hold for the whole registry.
-type preparedRegistry struct {
+type Registry struct {
 	shards [preparedShards]preparedShard
 
 	mu       sync.Mutex
@@ -104,19 +110,22 @@ type preparedShard struct {
 }
 
 type preparedEntry struct {
-	p    *preparedStatement
+	p    *Prepared
 	size int
 }
 
-func newPreparedRegistry(max int) *preparedRegistry {
-	r := &preparedRegistry{maxCount: max}
+// NewRegistry returns a registry of at most maxCount statements and, when
+// maxBytes is not 0, about maxBytes of them, as Prepared's size estimates
+// (max_prepared_statements, max_prepared_bytes).
+func NewRegistry(maxCount, maxBytes int) *Registry {
+	r := &Registry{maxCount: maxCount, maxBytes: maxBytes}
 	for i := range r.shards {
 		r.shards[i].byID = make(map[string]preparedEntry)
 	}
 	return r
 }
 
-func (r *preparedRegistry) shard(id []byte) *preparedShard {
+func (r *Registry) shard(id []byte) *preparedShard {
 	if len(id) == 0 {
 		return &r.shards[0]
 	}
@@ -124,7 +133,7 @@ func (r *preparedRegistry) shard(id []byte) *preparedShard {
 }
 
 // get returns the statement prepared as id, or nil. It allocates nothing.
-func (r *preparedRegistry) get(id []byte) *preparedStatement {
+func (r *Registry) get(id []byte) *Prepared {
 	sh := r.shard(id)
 	sh.mu.RLock()
 	e := sh.byID[string(id)]
@@ -134,7 +143,7 @@ func (r *preparedRegistry) get(id []byte) *preparedStatement {
 
 // put records p under id, forgetting the oldest statements while the
 // registry is over its bounds.
-func (r *preparedRegistry) put(id []byte, p *preparedStatement) {
+func (r *Registry) put(id []byte, p *Prepared) {
 	sh := r.shard(id)
 	key := string(id)
 	size := len(key) + 64 + p.size() // the id twice, the map's entry
@@ -159,9 +168,9 @@ func (r *preparedRegistry) put(id []byte, p *preparedStatement) {
 	}
 }
 
-func (r *preparedRegistry) held() int { return len(r.order) - r.head }
+func (r *Registry) held() int { return len(r.order) - r.head }
 
-func (r *preparedRegistry) forgetOldest() {
+func (r *Registry) forgetOldest() {
 	key := r.order[r.head]
 	r.order[r.head] = ""
 	r.head++
@@ -175,16 +184,56 @@ func (r *preparedRegistry) forgetOldest() {
 	sh.mu.Unlock()
 }
 
-// len returns how many statements the registry holds.
-func (r *preparedRegistry) len() int {
+// Len returns how many statements r holds.
+func (r *Registry) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.held()
 }
 
-// size returns the estimated bytes of the statements the registry holds.
-func (r *preparedRegistry) size() int {
+// Size returns the estimated bytes of the statements r holds.
+func (r *Registry) Size() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.bytes
 }
+
+// Learn records the statement the upstream prepared, as its answer prep
+// names it: p, what Classify learned of the PREPARE's text (nil when it
+// learned nothing), completed with what prep says. Its partition key comes
+// from the schema, or else from prep's partition key indexes (protocol v4
+// and later): each a bound variable. It returns the statement recorded. It
+// allocates: preparing is rare.
+func (r *Registry) Learn(p *Prepared, prep *frame.Prepared) *Prepared {
+	if p == nil {
+		p = &Prepared{}
+	}
+	if p.sources == nil && prep.PKIndexes.Len() > 0 && p.op != OpNone {
+		for i := range prep.PKIndexes.Len() {
+			p.sources = append(p.sources, []pkSource{{index: int32(prep.PKIndexes.At(i))}})
+		}
+		if len(p.keyspace) == 0 {
+			p.keyspace = append([]byte(nil), prep.Keyspace...)
+		}
+	}
+	p.lwt = p.lwt || prep.LWT
+	if p.topology != TopologyNone {
+		// The result columns, which EXECUTEs that skip metadata will not
+		// repeat; copied, since prep points into the answer.
+		p.columns = make([]string, 0, prep.Result.Len())
+		for col, ok := prep.Result.Next(); ok; col, ok = prep.Result.Next() {
+			p.columns = append(p.columns, string(col.Name))
+		}
+	}
+	r.put(prep.ID, p)
+	return p
+}
+
+// LWT reports whether the statement is conditional (an IF clause), as its
+// text or the upstream's answer says.
+func (p *Prepared) LWT() bool { return p.lwt }
+
+// Columns are the result columns of a statement that reads a table drivers
+// learn the cluster from (Topology), for EXECUTEs that skip metadata; nil
+// for other statements.
+func (p *Prepared) Columns() []string { return p.columns }

@@ -1,4 +1,4 @@
-package proxy
+package classify
 
 import (
 	"crypto/md5"
@@ -7,12 +7,12 @@ import (
 )
 
 func TestPreparedRegistryBounded(t *testing.T) {
-	r := newPreparedRegistry(640)
+	r := NewRegistry(640, 0)
 	id := func(i int) []byte { s := md5.Sum([]byte(fmt.Sprint(i))); return s[:] }
 	for i := range 10000 {
-		r.put(id(i), &preparedStatement{table: replyLocal})
+		r.put(id(i), &Prepared{topology: TopologyLocal})
 	}
-	if n := r.len(); n > 640+preparedShards {
+	if n := r.Len(); n > 640+preparedShards {
 		t.Fatalf("%d statements held, bound 640", n)
 	}
 	if r.get(id(9999)) == nil {
@@ -30,25 +30,24 @@ func TestPreparedRegistryBounded(t *testing.T) {
 // few PREPAREs of long IN lists of literals cannot hold more than
 // max_prepared_bytes.
 func TestPreparedRegistryBoundedInBytes(t *testing.T) {
-	r := newPreparedRegistry(100000)
-	r.maxBytes = 4 << 20
+	r := NewRegistry(100000, 4<<20)
 	id := func(i int) []byte { s := md5.Sum([]byte(fmt.Sprint(i))); return s[:] }
-	large := func() *preparedStatement {
+	large := func() *Prepared {
 		terms := make([]pkSource, 20000)
 		for i := range terms {
 			terms[i] = pkSource{index: -1, start: uint32(4 * i), end: uint32(4*i + 4)}
 		}
-		return &preparedStatement{op: OpRead, sources: [][]pkSource{terms}, literals: make([]byte, 4*len(terms))}
+		return &Prepared{op: OpRead, sources: [][]pkSource{terms}, literals: make([]byte, 4*len(terms))}
 	}
 	one := large().size()
 	for i := range 20 {
 		r.put(id(i), large())
 	}
-	if got := r.size(); got > 4<<20 {
+	if got := r.Size(); got > 4<<20 {
 		t.Errorf("registry holds %d bytes of statements, bound %d", got, 4<<20)
 	}
-	if want := (4 << 20) / one; r.len() > want {
-		t.Errorf("%d statements of %d bytes held, want at most %d", r.len(), one, want)
+	if want := (4 << 20) / one; r.Len() > want {
+		t.Errorf("%d statements of %d bytes held, want at most %d", r.Len(), one, want)
 	}
 	if r.get(id(19)) == nil || r.get(id(0)) != nil {
 		t.Error("not the oldest forgotten first")
@@ -57,12 +56,12 @@ func TestPreparedRegistryBoundedInBytes(t *testing.T) {
 	// executed at all.
 	r.maxBytes = one / 2
 	r.put(id(100), large())
-	if r.len() != 1 || r.get(id(100)) == nil {
-		t.Errorf("a statement over the bound: %d held", r.len())
+	if r.Len() != 1 || r.get(id(100)) == nil {
+		t.Errorf("a statement over the bound: %d held", r.Len())
 	}
 	// Replacing a statement accounts for its new size.
-	r.put(id(100), &preparedStatement{})
-	if got := r.size(); got > 1024 {
+	r.put(id(100), &Prepared{})
+	if got := r.Size(); got > 1024 {
 		t.Errorf("after replacing the large statement with a small one: %d bytes", got)
 	}
 }
