@@ -231,8 +231,14 @@ func TestPreparedResolvedLater(t *testing.T) {
 	if !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tokenOf(intBytes(5)) {
 		t.Fatalf("not resolved with the schema: %+v", *got)
 	}
-	if p := reg.get(id); p.sources == nil || p.text != nil {
+	p := reg.get(id)
+	if p.sources == nil || p.unresolved {
 		t.Errorf("registry keeps the unresolved statement: %+v", p)
+	}
+	// Resolved, it keeps its text, with which another node can be asked
+	// to prepare it.
+	if string(p.text) != "SELECT * FROM kv WHERE k = 5" {
+		t.Errorf("resolved statement's text %q", p.text)
 	}
 }
 

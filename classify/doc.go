@@ -5,8 +5,10 @@
 // [Classifier] classifies one connection's requests, one at a time, into a
 // [Classification] it reuses, allocating nothing in steady state. A
 // [Registry] remembers, for every connection, what was learned of each
-// statement prepared: its table and operation, and where each partition
-// key component comes from.
+// statement prepared: its table and operation, where each partition key
+// component comes from, and its text, with which a statement the schema
+// did not know yet is resolved later, and another node can be asked to
+// prepare it.
 //
 // What cannot be pinned to partitions (a scan, a token range, a partition
 // key computed by a function, a table the schema does not know yet, more

@@ -21,7 +21,10 @@ import (
 func (c *Classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *Prepared {
 	st := c.rec.Recognize(text)
 	c.withoutTimeout = st.WithoutTimeout
-	p := &Prepared{op: opOf(st.Kind), lwt: st.LWT, use: st.Kind == cql.StmtUse, topology: topologyOf(&c.rec)}
+	p := &Prepared{
+		op: opOf(st.Kind), lwt: st.LWT, use: st.Kind == cql.StmtUse, topology: topologyOf(&c.rec),
+		text: append([]byte(nil), text...),
+	}
 	if p.op == OpNone {
 		return p
 	}
@@ -33,8 +36,8 @@ func (c *Classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *Prep
 	}
 	t := snap.Table(ks, st.Table)
 	if t == nil {
-		// Kept so that a later schema, which knows the table, resolves it.
-		p.text = append([]byte(nil), text...)
+		// A later schema, which knows the table, resolves it.
+		p.unresolved = true
 		return p
 	}
 	if st.JSON {

@@ -21,7 +21,11 @@ type Prepared struct {
 	// statement reads, and columns its result columns, for EXECUTEs that
 	// skip metadata.
 	topology Topology
-	columns  []string
+	// unresolved is set while the statement's partitions could not be
+	// resolved because the schema did not know its table, and tried is the
+	// snapshot last tried: a later snapshot may know the table.
+	unresolved bool
+	columns    []string
 
 	// What classification needs: the statement's table and operation, and
 	// where each partition key component comes from (nil when the
@@ -36,9 +40,8 @@ type Prepared struct {
 	sources   [][]pkSource
 	literals  []byte // the serialized literals sources name
 
-	// text is the statement's text, kept while its partitions could not be
-	// resolved (the schema did not know its table yet), and tried the
-	// snapshot last tried: a later snapshot may know the table.
+	// text is the statement's text, which resolves it against a later
+	// schema, and with which another node can be asked to prepare it.
 	text  []byte
 	tried atomic.Pointer[schema.Snapshot]
 }
@@ -47,7 +50,7 @@ type Prepared struct {
 // it was not yet and snap is newer than the last try; the resolved
 // statement replaces p in the registry. It allocates only when it tries.
 func (r *Registry) resolve(id []byte, p *Prepared, snap *schema.Snapshot, c *Classifier) *Prepared {
-	if p.sources != nil || p.jsonIndex > 0 || p.text == nil || p.tried.Load() == snap {
+	if !p.unresolved || p.sources != nil || p.jsonIndex > 0 || p.tried.Load() == snap {
 		return p
 	}
 	p.tried.Store(snap)
@@ -56,7 +59,6 @@ func (r *Registry) resolve(id []byte, p *Prepared, snap *schema.Snapshot, c *Cla
 		return p
 	}
 	n.columns, n.lwt = p.columns, n.lwt || p.lwt
-	n.text = nil
 	r.put(id, n)
 	return n
 }

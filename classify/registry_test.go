@@ -4,6 +4,13 @@ import (
 	"crypto/md5"
 	"fmt"
 	"testing"
+
+	"github.com/datastax/go-cassandra-native-protocol/datatype"
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
 )
 
 func TestPreparedRegistryBounded(t *testing.T) {
@@ -63,5 +70,69 @@ func TestPreparedRegistryBoundedInBytes(t *testing.T) {
 	r.put(id(100), &Prepared{})
 	if got := r.Size(); got > 1024 {
 		t.Errorf("after replacing the large statement with a small one: %d bytes", got)
+	}
+}
+
+// answer is the RESULT Prepared the upstream answers a PREPARE with: the
+// statement's id, its bound variables (ks.kv's k, pk indexes pk) and
+// result columns.
+func answer(t *testing.T, id []byte, pk []uint16, result ...string) frame.Prepared {
+	t.Helper()
+	k := &message.ColumnMetadata{Keyspace: "ks", Table: "kv", Name: "k", Index: 0, Type: datatype.Int}
+	rows := &message.RowsMetadata{ColumnCount: int32(len(result))}
+	for i, name := range result {
+		rows.Columns = append(rows.Columns, &message.ColumnMetadata{Keyspace: "system", Table: "local", Name: name, Index: int32(i), Type: datatype.Varchar})
+	}
+	body := encodeBody(t, 4, &message.PreparedResult{PreparedQueryId: id,
+		VariablesMetadata: &message.VariablesMetadata{PkIndices: pk, Columns: []*message.ColumnMetadata{k}}, ResultMetadata: rows})
+	p, err := frame.ParsePrepared(body, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Learn records what the PREPARE's text said, completed with the
+// upstream's answer: the partition key's variables when the schema did not
+// know the table, a topology query's result columns. Every statement keeps
+// its text, with which another node can be asked to prepare it.
+func TestLearn(t *testing.T) {
+	reg := NewRegistry(100, 0)
+	env := Env{Schema: schema.NewSnapshot(nil), Prepared: reg}
+	var c Classifier
+	learn := func(text string, id []byte, pk []uint16, result ...string) *Prepared {
+		prep := answer(t, id, pk, result...)
+		p := reg.Learn(classifyMsg(t, &c, env, 4, &message.Prepare{Query: text}).Prepared, &prep)
+		if reg.get(id) != p {
+			t.Fatalf("%q not recorded under its id", text)
+		}
+		if string(p.text) != text {
+			t.Errorf("%q recorded with the text %q", text, p.text)
+		}
+		return p
+	}
+
+	p := learn("SELECT v FROM ks.kv WHERE k = ?", []byte("kv"), []uint16{0})
+	if p.unresolved && p.sources == nil {
+		t.Errorf("a statement of a table the schema does not know yet, without the answer's key indexes: %+v", p)
+	}
+	known := env
+	known.Schema = testSnapshot(t)
+	got := classifyMsg(t, &c, known, 4, executeMsg([]byte("kv"), primitive.NewValue(intBytes(3))))
+	if !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tokenOf(intBytes(3)) {
+		t.Errorf("pinned by the answer's key indexes once the schema knows the table: %+v", *got)
+	}
+
+	p = learn("SELECT host_id, rpc_address FROM system.local WHERE key = 'local'", []byte("local"), nil, "host_id", "rpc_address")
+	if cols := p.Columns(); len(cols) != 2 || cols[0] != "host_id" || cols[1] != "rpc_address" {
+		t.Errorf("topology query's columns %q", cols)
+	}
+	if got := classifyMsg(t, &c, env, 4, executeMsg([]byte("local"))); got.Topology != TopologyLocal || !got.Internal {
+		t.Errorf("EXECUTE of a topology query: %+v", *got)
+	}
+
+	learn("CREATE TABLE ks.x (k int PRIMARY KEY)", []byte("ddl"), nil)
+	if reg.Len() != 3 {
+		t.Errorf("%d statements recorded, want 3", reg.Len())
 	}
 }
