@@ -73,7 +73,7 @@ func (s *session) decide(c *classify.Classification, observed bool, set *setting
 
 // admit counts an operation on the partition at token against limit (none
 // when 0) and reports whether it is within it, at now on the limiter's
-// clock. With coordination, every operation is counted for the fleet's
+// clock. With a fleet (coordination), every operation is counted for its
 // report and admitted while within the share the fleet's rate leaves
 // (ratelimit.Fleet); the local limiter then decides what the fleet admits,
 // as a defence when the fleet's view is late.

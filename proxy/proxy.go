@@ -75,8 +75,8 @@ type Proxy struct {
 	// shedding sheds the least important tiers when a node slows
 	// (shedding.go); nil when off.
 	shedding *shedding
-	// coord is the coordination reporter that fills settings.fleet.
-	coord coordination
+	// reporter is the fleet's reporter that fills settings.fleet.
+	reporter fleetReporter
 	// limiterStats exports the limiter's statistics, keeping the counters
 	// of limiters a reload replaced.
 	limiterStats *limiterCollector
@@ -159,7 +159,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	p.principalSeed = maphash.MakeSeed()
 	p.limiterStats = newLimiterCollector(p)
 	reg.MustRegister(p.limiterStats)
-	p.coord.metrics = fleet.NewMetrics(reg)
+	p.reporter.metrics = fleet.NewMetrics(reg)
 	first, err := p.buildSettings(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	if p.schema == nil {
 		s, stop, err := startSchema(context.Background(), cfg, first.next.upstreamTLS, log)
 		if err != nil {
-			p.stopCoordination()
+			p.stopReporter()
 			return nil, err
 		}
 		p.schema, p.stopBg = s, stop
@@ -190,7 +190,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		close(stop)
 		bg.Wait()
 		stopSchema()
-		p.stopCoordination()
+		p.stopReporter()
 	}
 	return p, nil
 }

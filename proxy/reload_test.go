@@ -333,8 +333,8 @@ coordination:
 			if p.trackedPartitions() != coord {
 				t.Error("coordination was restarted")
 			}
-			if p.coord.cfg.SyncInterval != last.Coordination.SyncInterval {
-				t.Errorf("coordination runs with sync_interval %v, want %v", p.coord.cfg.SyncInterval, last.Coordination.SyncInterval)
+			if p.reporter.cfg.SyncInterval != last.Coordination.SyncInterval {
+				t.Errorf("coordination runs with sync_interval %v, want %v", p.reporter.cfg.SyncInterval, last.Coordination.SyncInterval)
 			}
 		})
 	}
