@@ -218,8 +218,8 @@ func mulBounded(a, b int) int {
 	return a * b
 }
 
-// bound is the most partitions the classifier pins a request to.
-func (c *Classifier) bound() int {
+// maxPinned is the most partitions the classifier pins a request to.
+func (c *Classifier) maxPinned() int {
 	if c.maxPartitions == 0 {
 		return defaultMaxPartitions
 	}
@@ -231,7 +231,7 @@ func (c *Classifier) bound() int {
 // the request as overflowing t if not: a statement past it is not worth
 // serializing. Distinct partitions are counted as they are added.
 func (c *Classifier) fits(t *schema.Table, n int) bool {
-	if n <= c.bound() {
+	if n <= c.maxPinned() {
 		return true
 	}
 	c.c.Overflow = t
@@ -309,7 +309,7 @@ func (c *Classifier) addPartition(p Partition) bool {
 			}
 		}
 	}
-	if len(c.c.Partitions) == c.bound() {
+	if len(c.c.Partitions) == c.maxPinned() {
 		c.c.Overflow = p.Table
 		return false
 	}

@@ -91,7 +91,7 @@ func (s *session) readFailed(h frame.Header, err error) error {
 	case errors.As(err, &tooLarge):
 		m.protocolErrors.WithLabelValues("frame_too_large").Inc()
 		s.log.Warn().Int("bytes", h.Length).Str("opcode", h.Opcode.String()).Msg("request frame too large")
-		s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
+		s.writeError(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
 		return nil
 	case errors.As(err, &version):
 		// Drivers ask for the highest version they know and step

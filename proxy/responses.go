@@ -95,9 +95,9 @@ func (s *session) answerTooLarge(h frame.Header, err error) {
 		s.p.inflight.Give(1)
 		s.ended(req)
 	}
-	s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+	s.writeError(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
 	if _, awaited := s.verdictOf(&req, ended, h); awaited {
-		s.settle(refused)
+		s.settle(notAccepted)
 	}
 }
 
@@ -114,7 +114,7 @@ func (s *session) serveResponse(f []byte, h frame.Header, t *answerTiming) (idle
 	defer func() { *a = answer{} }()
 	req := &a.req
 	var ok bool
-	verdict, awaited := refused, false
+	verdict, awaited := notAccepted, false
 	s.mu.Lock()
 	s.activity++
 	*req, ok = s.streams.end(h.Stream)
@@ -187,9 +187,9 @@ func (s *session) rewriteForClient(f []byte, h frame.Header, req request, comp f
 		if h.Stream < 0 {
 			return nil, false
 		}
-		s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
+		s.writeError(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
 		if awaited {
-			s.settle(refused)
+			s.settle(notAccepted)
 		}
 		return nil, false
 	}

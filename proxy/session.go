@@ -450,7 +450,7 @@ func (s *session) failInFlight(err error) {
 	s.p.metrics.protocolErrors.WithLabelValues(reason).Add(float64(len(lost)))
 	s.log.Warn().Int("requests", len(lost)).Str("reason", reason).Err(err).Msg("upstream connection ended with requests in flight; answering them with a server error")
 	for _, l := range lost {
-		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
+		s.writeError(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
 	}
 }
 
@@ -521,9 +521,9 @@ func (s *session) drain() {
 	}
 }
 
-// answer sends the client an ERROR on stream, in place of a response from
-// the upstream. buf is the calling path's scratch buffer.
-func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg string) {
+// writeError sends the client an ERROR on stream, in place of a response
+// from the upstream. buf is the calling path's scratch buffer.
+func (s *session) writeError(buf *[]byte, v uint8, stream int16, code int32, msg string) {
 	if v < 3 || v > 5 {
 		v = 4
 	}
