@@ -18,9 +18,10 @@ const (
 )
 
 // CoordinationConfig makes limits hold for a whole fleet of proxies, which
-// report their hot partitions' counts to Redis (package fleet). With no
-// addresses each proxy limits alone, and a partition served by N proxies
-// is admitted up to N times its limit.
+// report their hot partitions' counts to Redis. With no addresses each
+// proxy limits alone, and a partition served by N proxies is admitted up
+// to N times its limit. It is named after the file's coordination section;
+// the code that runs it calls the feature fleet (package fleet).
 type CoordinationConfig struct {
 	// Addresses are Redis's host:port; empty turns coordination off. With
 	// Cluster, they are seeds of a Redis Cluster.

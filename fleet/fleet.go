@@ -35,6 +35,13 @@
 //
 // The package knows Redis, tokens and labels; not CQL, tables or sockets
 // to clients.
+//
+// The feature has one name in the code, fleet: this package, the request
+// path's half (ratelimit.Fleet) and the proxy's glue (proxy/fleet.go).
+// What users see calls it coordination, and keeps that name: the
+// configuration's coordination section (config.CoordinationConfig, which
+// mirrors the file), the cqlguard_coordination_* metrics and the log lines
+// saying coordination was lost or restored.
 package fleet
 
 import (

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/admin"
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
 )
@@ -28,8 +29,8 @@ func (p *Proxy) Hot() []admin.HotPartition {
 	// schema, which is as cheap as it gets off the request path.
 	tables := map[ratelimit.Label]*schema.Table{}
 	for _, t := range p.schema.Current().Tables() {
-		tables[labelOf(t, OpRead)] = t
-		tables[labelOf(t, OpWrite)] = t
+		tables[labelOf(t, classify.OpRead)] = t
+		tables[labelOf(t, classify.OpWrite)] = t
 	}
 	set := p.settings.Load()
 	l, hotTables, classes := set.limits, set.hotReads, set.clients
@@ -39,20 +40,20 @@ func (p *Proxy) Hot() []admin.HotPartition {
 		if t == nil {
 			continue
 		}
-		op := OpRead
+		op := classify.OpRead
 		if e.Label&1 == 1 {
-			op = OpWrite
+			op = classify.OpWrite
 		}
 		reads, writes := l.forTable(t)
 		limit := reads
-		if op == OpWrite {
+		if op == classify.OpWrite {
 			limit = writes
 		}
 		h := admin.HotPartition{
 			Keyspace: t.Keyspace, Table: t.Name, Op: op.String(), Token: e.Token,
 			Rate: e.Rate, RateError: e.Error, Limit: limit, Class: classes.className(e.Tag),
 		}
-		if ht := hotTables.table(t); ht != nil && op == OpRead && e.Rate >= ht.rate {
+		if ht := hotTables.table(t); ht != nil && op == classify.OpRead && e.Rate >= ht.rate {
 			h.Served = "coalesce"
 			if ht.ttl > 0 {
 				h.Served = "cache"

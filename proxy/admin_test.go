@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cqlguard/cqlguard/admin"
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 )
 
@@ -32,19 +33,19 @@ func TestHotPartitions(t *testing.T) {
 	p.elapsed = func() int64 { return 1e9 }
 	s := &session{p: p, up: &upstream{}}
 	kv, tab := snap.Table([]byte("ks"), []byte("kv")), snap.Table([]byte("Ks"), []byte("Tab"))
-	request := func(op Op, parts ...Partition) *Classification {
-		return &Classification{Op: op, Pinned: true, Partitions: parts}
+	request := func(op classify.Op, parts ...classify.Partition) *classify.Classification {
+		return &classify.Classification{Op: op, Pinned: true, Partitions: parts}
 	}
 	for range 30 {
-		s.decide(request(OpWrite, Partition{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}), p.settings.Load(), p.clock())
+		s.decide(request(classify.OpWrite, classify.Partition{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}), false, p.settings.Load(), p.clock())
 	}
 	for range 20 {
 		big := []byte{0, 0, 0, 0, 0, 0, 0, 42}
-		s.decide(request(OpRead, Partition{Table: tab, Token: tokenOf(big), Key: big}), p.settings.Load(), p.clock())
+		s.decide(request(classify.OpRead, classify.Partition{Table: tab, Token: tokenOf(big), Key: big}), false, p.settings.Load(), p.clock())
 	}
-	s.decide(request(OpRead, Partition{Table: kv, Token: tokenOf(intBytes(1)), Key: intBytes(1)}), p.settings.Load(), p.clock())
+	s.decide(request(classify.OpRead, classify.Partition{Table: kv, Token: tokenOf(intBytes(1)), Key: intBytes(1)}), false, p.settings.Load(), p.clock())
 	// Internal and unpinned requests are not counted.
-	s.decide(&Classification{Op: OpRead, Pinned: false}, p.settings.Load(), p.clock())
+	s.decide(&classify.Classification{Op: classify.OpRead, Pinned: false}, false, p.settings.Load(), p.clock())
 
 	hot := p.Hot()
 	if len(hot) != 3 {
@@ -153,7 +154,7 @@ func TestAdminSurface(t *testing.T) {
 			}
 			s := &session{p: p, up: &upstream{}}
 			kv := snap.Table([]byte("ks"), []byte("kv"))
-			s.decide(&Classification{Op: OpWrite, Pinned: true, Partitions: []Partition{{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}}}, p.settings.Load(), p.clock())
+			s.decide(&classify.Classification{Op: classify.OpWrite, Pinned: true, Partitions: []classify.Partition{{Table: kv, Token: tokenOf(intBytes(7)), Key: intBytes(7)}}}, false, p.settings.Load(), p.clock())
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(tc.method, tc.path, nil)
 			if tc.authorization != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/ratelimit"
@@ -97,13 +98,13 @@ func TestPreparedNotPoisonedByStreamReuse(t *testing.T) {
 		}
 		for _, q := range pair {
 			sum := md5.Sum([]byte(q))
-			st := p.prepared.get(sum[:])
+			st := registered(t, p, sum[:])
 			if st == nil {
 				continue // refused, never prepared
 			}
 			internal := strings.Contains(q, "system.")
-			if st.internal != internal || !internal && string(st.tableName) != "kv" {
-				t.Errorf("%q registered as table %q, internal %v", q, st.tableName, st.internal)
+			if st.Internal != internal || !internal && string(st.Table) != "kv" {
+				t.Errorf("%q registered as table %q, internal %v", q, st.Table, st.Internal)
 			}
 		}
 	}
@@ -269,9 +270,9 @@ func TestLargePreparesBounded(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the session back to waiting
 	after, _ := memUse()
 	grew := float64(after) - float64(before)
-	t.Logf("10 PREPAREs of 256 KiB IN lists: %d statements held, %d B estimated, heap %.1f MiB more", p.prepared.len(), p.prepared.size(), grew/(1<<20))
-	if p.prepared.size() > bound {
-		t.Errorf("registry holds %d bytes, bound %d", p.prepared.size(), bound)
+	t.Logf("10 PREPAREs of 256 KiB IN lists: %d statements held, %d B estimated, heap %.1f MiB more", p.prepared.Len(), p.prepared.Size(), grew/(1<<20))
+	if p.prepared.Size() > bound {
+		t.Errorf("registry holds %d bytes, bound %d", p.prepared.Size(), bound)
 	}
 	if grew > 2*bound {
 		t.Errorf("heap grew %.1f MiB with max_prepared_bytes %d MiB", grew/(1<<20), bound>>20)
@@ -534,7 +535,7 @@ func kvInKsProxy(t *testing.T) (string, func() []bool) {
 	node := startStubNode(t, "127.0.0.1:0")
 	var mu sync.Mutex
 	var pinned []bool
-	observe := func(c *Classification) {
+	observe := func(c *classify.Classification) {
 		if string(c.Table) == "kv" {
 			mu.Lock()
 			pinned = append(pinned, c.Pinned && string(c.Partitions[0].Table.Keyspace) == "ks")

@@ -14,6 +14,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 )
@@ -180,21 +181,33 @@ func checkPrepared(t *testing.T, p *Proxy) {
 	t.Helper()
 	for _, text := range fuzzStatements {
 		id := md5.Sum([]byte(text))
-		st := p.prepared.get(id[:])
+		st := registered(t, p, id[:])
 		if st == nil {
 			continue
 		}
 		if strings.Contains(text, "refuse") {
 			t.Fatalf("%q registered, which the node refused to prepare", text)
 		}
-		want := (&classifier{}).prepare([]byte(text), []byte("ks"), testSnapshot(t))
-		if st.op != want.op || st.internal != want.internal || string(st.tableName) != string(want.tableName) {
-			t.Fatalf("%q registered as %v of %q (internal %v), its text is %v of %q", text, st.op, st.tableName, st.internal, want.op, want.tableName)
+		want := prepared(t, text)
+		if st.Op != want.Op || st.Internal != want.Internal || string(st.Table) != string(want.Table) {
+			t.Fatalf("%q registered as %v of %q (internal %v), its text is %v of %q", text, st.Op, st.Table, st.Internal, want.Op, want.Table)
 		}
 	}
-	if n := p.prepared.len(); n > len(fuzzStatements) {
+	if n := p.prepared.Len(); n > len(fuzzStatements) {
 		t.Fatalf("%d statements registered, more than were sent", n)
 	}
+}
+
+// prepared is what a PREPARE of text says, in keyspace ks.
+func prepared(t *testing.T, text string) *classify.Classification {
+	t.Helper()
+	var c classify.Classifier
+	h := frame.Header{Version: 4, Opcode: frame.OpPrepare}
+	got, err := c.Classify(h, encodeBody(t, 4, &message.Prepare{Query: text}), &classify.Env{Schema: testSnapshot(t), Keyspace: []byte("ks")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // checkIdleStreams checks that every session has nothing in flight and at

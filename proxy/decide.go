@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
 )
@@ -8,7 +9,7 @@ import (
 // rejection names what a refused request was refused for.
 type rejection struct {
 	table *schema.Table
-	op    Op
+	op    classify.Op
 	// tooMany is set when the request touches more partitions of table
 	// than limits.max_partitions_per_request, rather than being over a
 	// partition's limit; it is the bound.
@@ -26,9 +27,10 @@ type rejection struct {
 // Every partition counted, limited or not, is also counted by the hot
 // partitions sketch behind /hot: each operation while the sketch has room,
 // a random one in ratelimit.TopKSampleEvery, weighted to match, once it is
-// full (ratelimit.TopK.ObserveSampledAt).
-func (s *session) decide(c *Classification, set *settings, now int64) (rejection, bool) {
-	if c == nil || c.Internal || (c.Op != OpRead && c.Op != OpWrite) {
+// full (ratelimit.TopK.ObserveSampledAt); but not when observed: the hot
+// reads' stage counted the request already (serveHot).
+func (s *session) decide(c *classify.Classification, observed bool, set *settings, now int64) (rejection, bool) {
+	if c == nil || c.Internal || (c.Op != classify.OpRead && c.Op != classify.OpWrite) {
 		return rejection{}, false
 	}
 	s.nCharges = 0
@@ -52,7 +54,7 @@ func (s *session) decide(c *Classification, set *settings, now int64) (rejection
 		}
 		tl := s.tableLimits(l, p.Table, c.Op)
 		label := tl.label
-		if hot != nil && !c.observed {
+		if hot != nil && !observed {
 			hot.ObserveSampledAt(now, p.Token, label, p.Key, s.clientClassTag(), &s.hotRNG)
 		}
 		if !limited {
@@ -71,7 +73,7 @@ func (s *session) decide(c *Classification, set *settings, now int64) (rejection
 
 // admit counts an operation on the partition at token against limit (none
 // when 0) and reports whether it is within it, at now on the limiter's
-// clock. With coordination, every operation is counted for the fleet's
+// clock. With a fleet (coordination), every operation is counted for its
 // report and admitted while within the share the fleet's rate leaves
 // (ratelimit.Fleet); the local limiter then decides what the fleet admits,
 // as a defence when the fleet's view is late.
@@ -99,8 +101,8 @@ func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection,
 		return rejection{}, false
 	}
 	at := s.p.epochUnix + now
-	limit, units := l.forOp(t, OpRead)
-	label := labelOf(t, OpRead)
+	limit, units := l.forOp(t, classify.OpRead)
+	label := labelOf(t, classify.OpRead)
 	rejected := false
 	if u := e.set.units; units > 0 && u != nil {
 		e.charges[0] = unitCharge{token: token, label: label, budget: float32(units)}
@@ -113,7 +115,7 @@ func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection,
 	if !rejected {
 		return rejection{}, false
 	}
-	return rejection{table: t, op: OpRead}, true
+	return rejection{table: t, op: classify.OpRead}, true
 }
 
 // tableLimits is what decide needs of a table for one operation: its
@@ -121,7 +123,7 @@ func (s *session) decideHandedOn(e *request, token int64, now int64) (rejection,
 type tableLimits struct {
 	l            *limits
 	table        *schema.Table
-	op           Op
+	op           classify.Op
 	label        ratelimit.Label
 	limit, units uint32
 }
@@ -132,7 +134,7 @@ type tableLimits struct {
 // the limits takes two map lookups by name and the label a hash of the
 // names. Tables and limits are replaced, never changed, when the schema or
 // the configuration is, so the pointers say when to resolve again.
-func (s *session) tableLimits(l *limits, table *schema.Table, op Op) *tableLimits {
+func (s *session) tableLimits(l *limits, table *schema.Table, op classify.Op) *tableLimits {
 	tl := &s.lastTable
 	if tl.table != table || tl.l != l || tl.op != op {
 		*tl = tableLimits{l: l, table: table, op: op, label: labelOf(table, op)}
@@ -148,8 +150,8 @@ func (s *session) tableLimits(l *limits, table *schema.Table, op Op) *tableLimit
 // memory while the request path does its other work first (prefetch
 // changes nothing). A handful of partitions at most: a batch's counters
 // past them are waited for as they come.
-func (s *session) prefetchCounters(c *Classification, set *settings) {
-	if c == nil || c.Internal || !c.Pinned || (c.Op != OpRead && c.Op != OpWrite) {
+func (s *session) prefetchCounters(c *classify.Classification, set *settings) {
+	if c == nil || c.Internal || !c.Pinned || (c.Op != classify.OpRead && c.Op != classify.OpWrite) {
 		return
 	}
 	l, lim := set.limits, set.limiter
@@ -171,7 +173,7 @@ func (s *session) prefetchCounters(c *Classification, set *settings) {
 // budget request units a second, and notes it to be charged once the
 // request is answered: the first maxCharges partitions of a request are,
 // each its share of the price.
-func (s *session) withinUnits(units *ratelimit.Units, budget uint32, p *Partition, label ratelimit.Label, now int64) bool {
+func (s *session) withinUnits(units *ratelimit.Units, budget uint32, p *classify.Partition, label ratelimit.Label, now int64) bool {
 	if units == nil {
 		return true
 	}
@@ -187,12 +189,12 @@ func (s *session) withinUnits(units *ratelimit.Units, budget uint32, p *Partitio
 // has a limit for the request's operation, as counting past the bound is
 // work without bound and not counting would let the request through its
 // limits; forwarded uncounted otherwise.
-func (s *session) decideOverflow(c *Classification, l *limits, limited bool) (rejection, bool) {
+func (s *session) decideOverflow(c *classify.Classification, l *limits, limited bool) (rejection, bool) {
 	if !limited {
 		return rejection{}, false
 	}
 	limit, writes := l.forTable(c.Overflow)
-	if c.Op == OpWrite {
+	if c.Op == classify.OpWrite {
 		limit = writes
 	}
 	if limit == 0 {
@@ -204,7 +206,7 @@ func (s *session) decideOverflow(c *Classification, l *limits, limited bool) (re
 // labelOf is the limiter label of t's reads or writes: a hash of the
 // table's name with the operation in the low bit. Two tables whose names
 // collide share counters only on partitions with the same token.
-func labelOf(t *schema.Table, op Op) ratelimit.Label {
+func labelOf(t *schema.Table, op classify.Op) ratelimit.Label {
 	h := uint32(2166136261)
 	for i := 0; i < len(t.Keyspace); i++ {
 		h = (h ^ uint32(t.Keyspace[i])) * 16777619
@@ -214,7 +216,7 @@ func labelOf(t *schema.Table, op Op) ratelimit.Label {
 		h = (h ^ uint32(t.Name[i])) * 16777619
 	}
 	l := h &^ 1
-	if op == OpWrite {
+	if op == classify.OpWrite {
 		l |= 1
 	}
 	return ratelimit.Label(l)

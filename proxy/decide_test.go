@@ -10,6 +10,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/ratelimit"
@@ -119,7 +120,7 @@ func benchmarkDecide(b *testing.B, redis []string) {
 	b.Cleanup(func() { p.Shutdown(b.Context()) })
 	snap := testSnapshot(b)
 	s := &session{p: p, up: &upstream{}}
-	c := &Classification{Op: OpRead, Pinned: true, Partitions: []Partition{{Table: snap.Table([]byte("ks"), []byte("kv"))}}}
+	c := &classify.Classification{Op: classify.OpRead, Pinned: true, Partitions: []classify.Partition{{Table: snap.Table([]byte("ks"), []byte("kv"))}}}
 	for _, tc := range []struct {
 		name   string
 		reject bool
@@ -135,7 +136,7 @@ func benchmarkDecide(b *testing.B, redis []string) {
 					c.Partitions[0].Token = i // a fresh partition each time
 				}
 				now += 1000
-				s.decide(c, p.settings.Load(), now)
+				s.decide(c, false, p.settings.Load(), now)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ package proxy
 // sight (see handle).
 
 import (
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -61,7 +62,7 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	c := &s.call
 	c.req = request{start: now, version: h.Version, set: s.p.settings.Load()}
 	req := &c.req
-	var class *Classification
+	var class *classify.Classification
 	switch h.Opcode {
 	case frame.OpStartup:
 		var refused action
@@ -74,12 +75,11 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	case frame.OpAuthResponse:
 		s.takeAuthResponse(f, h, req)
 	case frame.OpQuery, frame.OpPrepare, frame.OpExecute, frame.OpBatch:
-		var unknown []byte
-		class, unknown = s.classify(f, h, req)
+		class = s.classify(f, h, req)
 		s.prefetchCounters(class, req.set)
-		if unknown != nil {
+		if class != nil && class.Unprepared != nil {
 			*c = call{}
-			return s.unprepared(h, unknown)
+			return s.unprepared(h, class.Unprepared)
 		}
 	default:
 		// The upstream answers what it does not know in its own words; the
@@ -94,9 +94,12 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	// ScyllaDB's rate-limit error, may add ScyllaDB's USING TIMEOUT to its
 	// queries of the system tables (ScyllaDB's Rust driver does), which
 	// Cassandra refuses as a syntax error.
-	internal := class != nil && class.Internal || h.Opcode == frame.OpPrepare && req.prepared != nil && req.prepared.internal
-	if internal && !s.up.rateLimitError {
-		f = s.dropUsingTimeout(f, h)
+	if class != nil && class.Internal && !s.up.rateLimitError {
+		f = s.dropUsingTimeout(f, h, class)
+	}
+	if h.Opcode == frame.OpPrepare {
+		// A PREPARE runs nothing: no stage counts, serves or limits it.
+		class = nil
 	}
 
 	c.h, c.f, c.classified, c.now = h, f, class, now

@@ -28,9 +28,9 @@ import (
 type verdict uint8
 
 const (
-	refused    verdict = iota // refused, or never answered
-	accepted                  // READY, AUTHENTICATE, AUTH_SUCCESS or a RESULT
-	challenged                // AUTH_CHALLENGE: the login goes on
+	notAccepted verdict = iota // refused by the upstream, or never answered
+	accepted                   // READY, AUTHENTICATE, AUTH_SUCCESS or a RESULT
+	challenged                 // AUTH_CHALLENGE: the login goes on
 )
 
 // handshake is what the STARTUP or AUTH_RESPONSE in flight asks for, until
@@ -59,15 +59,15 @@ func awaited(req *request) bool {
 // answers one at all.
 func (s *session) verdictOf(req *request, ok bool, h frame.Header) (verdict, bool) {
 	if !s.awaiting.Load() {
-		return refused, false
+		return notAccepted, false
 	}
 	// Cassandra answers a version it does not speak on stream 0, whatever
 	// stream the STARTUP used.
 	if s.awaitingV5.Load() && h.Opcode == frame.OpError && h.Stream == 0 {
-		return refused, true
+		return notAccepted, true
 	}
 	if !ok || !awaited(req) {
-		return refused, false
+		return notAccepted, false
 	}
 	switch {
 	case req.reply == replyStartup:
@@ -84,7 +84,7 @@ func (s *session) verdictOf(req *request, ok bool, h frame.Header) (verdict, boo
 	case h.Opcode == frame.OpResult:
 		return accepted, true
 	}
-	return refused, true
+	return notAccepted, true
 }
 
 // settle hands the verdict on the awaited request to the request path,

@@ -38,6 +38,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/hotread"
@@ -175,7 +176,7 @@ type wrote struct {
 // writes says what the forwarded request h, classified as c (nil when it
 // was not), may change. Anything the proxy cannot pin is taken to change
 // everything: a stale answer is worse than a miss.
-func (s *session) writes(h frame.Header, c *Classification, use bool) wrote {
+func (s *session) writes(h frame.Header, c *classify.Classification, use bool) wrote {
 	if c == nil {
 		switch h.Opcode {
 		case frame.OpStartup, frame.OpOptions, frame.OpAuthResponse, frame.OpRegister, frame.OpPrepare:
@@ -184,14 +185,14 @@ func (s *session) writes(h frame.Header, c *Classification, use bool) wrote {
 		return wrote{kind: wroteAll}
 	}
 	switch {
-	case c.Op == OpRead && !serial(s.classifier.consistency):
+	case c.Op == classify.OpRead && !serial(c.Consistency):
 		return wrote{}
-	case c.Op == OpNone && (c.Internal || use):
+	case c.Op == classify.OpNone && (c.Internal || use):
 		return wrote{}
-	case c.Op == OpNone:
+	case c.Op == classify.OpNone:
 		return wrote{kind: wroteAll}
 	case c.Overflow != nil:
-		return wrote{kind: wroteTable, table: uint32(labelOf(c.Overflow, OpRead))}
+		return wrote{kind: wroteTable, table: uint32(labelOf(c.Overflow, classify.OpRead))}
 	case !c.Pinned || len(c.Partitions) == 0:
 		return wrote{kind: wroteAll}
 	}
@@ -201,7 +202,7 @@ func (s *session) writes(h frame.Header, c *Classification, use bool) wrote {
 	if first == nil {
 		return wrote{kind: wroteAll}
 	}
-	w := wrote{kind: wrotePartition, table: uint32(labelOf(first, OpRead)), token: c.Partitions[0].Token}
+	w := wrote{kind: wrotePartition, table: uint32(labelOf(first, classify.OpRead)), token: c.Partitions[0].Token}
 	for _, p := range c.Partitions[1:] {
 		if p.Table != first {
 			return wrote{kind: wroteAll}
@@ -226,15 +227,16 @@ func (hr *hotReads) wrote(w wrote) {
 // serial reports whether a consistency level is SERIAL or LOCAL_SERIAL.
 func serial(cl uint16) bool { return cl == 0x0008 || cl == 0x0009 }
 
-// serveHot serves the read h, classified as c, from the cache or by
-// joining an identical read in flight, when its partition is hot and its
-// table takes part. It returns the action and true when it served it;
-// otherwise the read is forwarded, and req says whether it leads a flight.
-func (s *session) serveHot(h frame.Header, c *Classification, req *request, tables *hotTables, now int64) (outcome, bool) {
+// serveHot serves the read of call k from the cache or by joining an
+// identical read in flight, when its partition is hot and its table takes
+// part. It returns the action and true when it served it; otherwise the
+// read is forwarded, and k.req says whether it leads a flight.
+func (s *session) serveHot(k *call, tables *hotTables) (outcome, bool) {
+	h, c, req, now := k.h, k.classified, &k.req, k.now
 	if !c.Pinned || len(c.Partitions) != 1 || c.LWT || c.Internal || c.Partitions[0].Table == nil ||
 		h.Opcode != frame.OpQuery && h.Opcode != frame.OpExecute ||
 		h.Flags&(frame.FlagTracing|frame.FlagCustomPayload) != 0 ||
-		serial(s.classifier.consistency) || s.classifier.body == nil || len(s.classifier.body) > maxHotRequest {
+		serial(c.Consistency) || c.Body == nil || len(c.Body) > maxHotRequest {
 		return outcome{}, false
 	}
 	p := &c.Partitions[0]
@@ -243,9 +245,9 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		return outcome{}, false
 	}
 	// Counted by /hot's sketch here, served or not, as decide would.
-	label := labelOf(p.Table, OpRead)
+	label := labelOf(p.Table, classify.OpRead)
 	if s.p.hotSketch != nil {
-		c.observed = true
+		k.observed = true
 		if s.p.hotSketch.ObserveTaggedAt(s.p.epochUnix+now, p.Token, label, p.Key, s.clientClassTag()) < t.rate {
 			return outcome{}, false
 		}
@@ -253,7 +255,7 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 		return outcome{}, false
 	}
 	hr := s.p.hotReads
-	r := s.identify(h, p, label)
+	r := s.identify(k, p, label)
 	gen := hr.gens.At(r.Table, r.Token)
 	if t.ttl > 0 {
 		if ans, ok := hr.cache.Get(s.reqScratch[:0], r, gen, now); ok {
@@ -266,14 +268,14 @@ func (s *session) serveHot(h frame.Header, c *Classification, req *request, tabl
 	return s.joinOrLead(h, p, t, r, gen, req, now)
 }
 
-// identify makes s.hotRead the identity of the read h of partition p,
-// whose table is label.
-func (s *session) identify(h frame.Header, p *Partition, label ratelimit.Label) *hotread.Read {
+// identify makes s.hotRead the identity of the read of call k, of
+// partition p, whose table is label.
+func (s *session) identify(k *call, p *classify.Partition, label ratelimit.Label) *hotread.Read {
 	// The default timestamp that drivers put on every request times
 	// writes; Cassandra does not use it for a read (but for one at SERIAL,
 	// never served here). Left in, no two reads would be alike.
-	body := s.classifier.body
-	if at := s.classifier.timestampAt; at > 0 {
+	h, body := k.h, k.classified.Body
+	if at := k.classified.TimestampAt; at > 0 {
 		s.hotBody = append(s.hotBody[:0], body...)
 		clear(s.hotBody[at : at+8])
 		body = s.hotBody
@@ -282,7 +284,7 @@ func (s *session) identify(h frame.Header, p *Partition, label ratelimit.Label) 
 	*r = hotread.Read{
 		Version: h.Version, Flags: h.Flags &^ frame.FlagCompression, Opcode: uint8(h.Opcode),
 		Compression: uint8(s.reqCompression), Options: s.options, Principal: s.principal,
-		Keyspace: s.classifier.keyspace, Body: body,
+		Keyspace: s.classifiedIn.Keyspace, Body: body,
 		Table: uint32(label), Token: p.Token,
 	}
 	return r
@@ -294,7 +296,7 @@ func (s *session) identify(h frame.Header, p *Partition, label ratelimit.Label) 
 // one of max_in_flight_per_connection's last: at that bound it is
 // forwarded, and waits there. It returns the action and true when r
 // joined; a read that leads is forwarded, noted in req.
-func (s *session) joinOrLead(h frame.Header, p *Partition, t *hotTable, r *hotread.Read, gen hotread.Gen, req *request, now int64) (outcome, bool) {
+func (s *session) joinOrLead(h frame.Header, p *classify.Partition, t *hotTable, r *hotread.Read, gen hotread.Gen, req *request, now int64) (outcome, bool) {
 	hr := s.p.hotReads
 	if !s.p.inflight.TakeNow(1) {
 		t.uncoalesced.Inc()

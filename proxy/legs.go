@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/transport"
 )
@@ -54,7 +55,7 @@ type route struct {
 }
 
 // routeOf returns the route of a request classified as class, or none.
-func routeOf(class *Classification) route {
+func routeOf(class *classify.Classification) route {
 	if class == nil || !class.Pinned || class.Internal || len(class.Partitions) == 0 || class.Batch {
 		return route{}
 	}
@@ -263,7 +264,8 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 	}
 	ks := s.keyspace.Load()
 	if ks != nil && string(*ks) != string(u.keyspace) {
-		if s.ask(u, frame.AppendQueryRequest(s.reqScratch[:0], h.Version, h.Stream, useStatement(*ks)), h, nil) != accepted {
+		s.askScratch = frame.AppendQueryRequest(s.askScratch[:0], h.Version, h.Stream, useStatement(*ks))
+		if s.ask(u, s.askScratch, h, nil) != accepted {
 			return false
 		}
 		u.keyspace = append(u.keyspace[:0], *ks...)
@@ -272,11 +274,12 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 		return true
 	}
 	st := req.prepared
-	if st == nil || st.id == nil {
+	if st == nil || st.ID() == nil {
 		return false
 	}
+	id := st.ID()
 	s.mu.Lock()
-	_, known := u.prepared[string(st.id)]
+	_, known := u.prepared[string(id)]
 	s.mu.Unlock()
 	if known {
 		return true
@@ -284,21 +287,22 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 	// A statement is prepared in the keyspace its connection was in, which
 	// is part of its id: before v5 it can be prepared again only there.
 	var inKeyspace []byte
-	if string(st.preparedIn) != string(u.keyspace) {
+	if string(st.PreparedIn()) != string(u.keyspace) {
 		if h.Version < 5 {
 			return false
 		}
-		inKeyspace = st.preparedIn
+		inKeyspace = st.PreparedIn()
 	}
-	f := frame.AppendPrepareRequest(s.reqScratch[:0], h.Version, h.Stream, st.statement, inKeyspace)
-	if s.ask(u, f, h, st.id) != accepted {
+	f := frame.AppendPrepareRequest(s.askScratch[:0], h.Version, h.Stream, st.Text(), inKeyspace)
+	s.askScratch = f
+	if s.ask(u, f, h, id) != accepted {
 		return false
 	}
 	s.mu.Lock()
 	if u.prepared == nil {
 		u.prepared = make(map[string]struct{})
 	}
-	u.prepared[string(st.id)] = struct{}{}
+	u.prepared[string(id)] = struct{}{}
 	s.mu.Unlock()
 	return true
 }
@@ -309,7 +313,7 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 // the client.
 func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict {
 	if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
-		return refused
+		return notAccepted
 	}
 	s.asked = id
 	s.mu.Lock()
@@ -323,7 +327,7 @@ func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict 
 		u.conn.Close() // its response path ends what is in flight on it
 	}
 	if err := s.push(); err != nil {
-		return refused
+		return notAccepted
 	}
 	v := <-s.answered
 	s.asked = nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
@@ -98,9 +99,9 @@ func newLimits(cfg config.LimitsConfig) (*limits, error) {
 // one partition of t for op (as forTable resolves it) and its budget in
 // request units per second, 0 meaning none (tables have no option for
 // it). It does not allocate.
-func (l *limits) forOp(t *schema.Table, op Op) (limit, units uint32) {
+func (l *limits) forOp(t *schema.Table, op classify.Op) (limit, units uint32) {
 	ks, tl := l.levels(t)
-	if op == OpWrite {
+	if op == classify.OpWrite {
 		return firstSet(tl.writes, t.RateLimit.MaxWritesPerSecond, ks.def.writes, l.global.writes),
 			firstSet(tl.writeUnits, 0, ks.def.writeUnits, l.global.writeUnits)
 	}

@@ -7,6 +7,7 @@ package proxy
 // response path their answered hooks.
 
 import (
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -87,11 +88,16 @@ type outcome struct {
 // one in its session (session.call), which the stages are handed: a call
 // made for each frame would escape to the heap through them.
 type call struct {
-	h          frame.Header
-	f          []byte          // the frame, as it will be forwarded
-	classified *Classification // nil for a frame that was not classified
-	req        request         // what its answer will need; stages note theirs
-	now        int64           // when it arrived, on the proxy's clock
+	h frame.Header
+	f []byte // the frame, as it will be forwarded
+	// classified is what the frame runs, nil for a frame that was not
+	// classified and for a PREPARE.
+	classified *classify.Classification
+	req        request // what its answer will need; stages note theirs
+	now        int64   // when it arrived, on the proxy's clock
+	// observed is set once /hot's sketch counted the request's partition
+	// (serveHot), so that decide does not count it again.
+	observed bool
 }
 
 // answer is the upstream's answer to a request, as the stages see it. The

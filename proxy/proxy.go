@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/fleet"
 	"github.com/cqlguard/cqlguard/ratelimit"
@@ -37,7 +38,7 @@ type Proxy struct {
 	log      zerolog.Logger
 	metrics  *Metrics
 	topo     *topology
-	prepared *preparedRegistry
+	prepared *classify.Registry
 	// ring says which nodes hold a partition (WithRing), nil when the
 	// proxy does not route; ringStale asks for it to be read again, and
 	// nodes are the nodes routing avoids.
@@ -47,7 +48,7 @@ type Proxy struct {
 	// loads are the nodes' loads, as routing ranks replicas by them.
 	loads   nodeLoads
 	schema  SchemaSource
-	observe func(*Classification)
+	observe func(*classify.Classification)
 	stopBg  func()    // stops background work (schema loading)
 	epoch   time.Time // origin of the monotonic request timestamps
 	// epochUnix is epoch in Unix nanoseconds: the limiter's clock reads
@@ -82,8 +83,8 @@ type Proxy struct {
 	// shedding sheds the least important tiers when a node slows
 	// (shedding.go); nil when off.
 	shedding *shedding
-	// coord is the coordination reporter that fills settings.fleet.
-	coord coordination
+	// reporter is the fleet's reporter that fills settings.fleet.
+	reporter fleetReporter
 	// limiterStats exports the limiter's statistics, keeping the counters
 	// of limiters a reload replaced.
 	limiterStats *limiterCollector
@@ -109,7 +110,7 @@ type Option func(*Proxy)
 // WithObserver has the proxy call fn with the classification of every
 // QUERY, EXECUTE and BATCH, on the request path, before it is forwarded:
 // for tests and tools. fn must not keep the classification.
-func WithObserver(fn func(*Classification)) Option {
+func WithObserver(fn func(*classify.Classification)) Option {
 	return func(p *Proxy) { p.observe = fn }
 }
 
@@ -135,7 +136,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		log:      log,
 		metrics:  m,
 		topo:     topo,
-		prepared: newPreparedRegistry(cfg.MaxPreparedStatements),
+		prepared: classify.NewRegistry(cfg.MaxPreparedStatements, int(cfg.MaxPreparedBytes)),
 		epoch:    time.Now(),
 		sessions: map[*session]struct{}{},
 		stopBg:   func() {},
@@ -144,7 +145,6 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 
 		refuseTimeout: refuseTimeout,
 	}
-	p.prepared.maxBytes = int(cfg.MaxPreparedBytes)
 	p.requestFrames = transport.NewBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	p.responseFrames = transport.NewBound(int(cfg.MaxFrameBytesTotal), m.frameWaits.Inc)
 	if cfg.MaxBufferedBytesTotal > 0 {
@@ -167,7 +167,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	p.principalSeed = maphash.MakeSeed()
 	p.limiterStats = newLimiterCollector(p)
 	reg.MustRegister(p.limiterStats)
-	p.coord.metrics = fleet.NewMetrics(reg)
+	p.reporter.metrics = fleet.NewMetrics(reg)
 	first, err := p.buildSettings(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 	if p.schema == nil {
 		s, src, stop, err := startSchema(context.Background(), cfg, first.next.upstreamTLS, log)
 		if err != nil {
-			p.stopCoordination()
+			p.stopReporter()
 			return nil, err
 		}
 		p.schema, p.stopBg = s, stop
@@ -201,7 +201,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		close(stop)
 		bg.Wait()
 		stopSchema()
-		p.stopCoordination()
+		p.stopReporter()
 	}
 	return p, nil
 }

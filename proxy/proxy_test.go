@@ -18,9 +18,13 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/apache/cassandra-gocql-driver/v2/lz4"
 	"github.com/apache/cassandra-gocql-driver/v2/snappy"
+	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
+	"github.com/datastax/go-cassandra-native-protocol/message"
+	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
@@ -43,6 +47,75 @@ type staticSchema struct{ snap *schema.Snapshot }
 
 func (s staticSchema) Current() *schema.Snapshot { return s.snap }
 func (s staticSchema) Refresh()                  {}
+
+// testSnapshot is the schema the tests' tables have: ks.kv (an int key),
+// ks.comp (int and text), ks.counts (a counter table) and "Ks"."Tab".
+func testSnapshot(t testing.TB) *schema.Snapshot {
+	typ := func(s string) schema.Type {
+		ty, err := schema.ParseType(s, nil, "ks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ty
+	}
+	return schema.NewSnapshot([]*schema.Table{
+		{Keyspace: "ks", Name: "kv", PartitionKey: []schema.Column{{Name: "k", Type: typ("int")}}},
+		{Keyspace: "ks", Name: "comp", PartitionKey: []schema.Column{{Name: "a", Type: typ("int")}, {Name: "b", Type: typ("text")}}},
+		{Keyspace: "ks", Name: "counts", PartitionKey: []schema.Column{{Name: "k", Type: typ("text")}}, Counter: true},
+		{Keyspace: "Ks", Name: "Tab", PartitionKey: []schema.Column{{Name: "Key", Type: typ("bigint")}}},
+	})
+}
+
+func intBytes(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
+
+func tokenOf(components ...[]byte) int64 {
+	var k schema.KeyBuilder
+	for _, c := range components {
+		k.Add(c)
+	}
+	return k.Token()
+}
+
+// encodeBody encodes msg with the oracle and returns its body.
+func encodeBody(t testing.TB, v primitive.ProtocolVersion, msg message.Message) []byte {
+	var b bytes.Buffer
+	if err := pframe.NewCodec().EncodeFrame(pframe.NewFrame(v, 1, msg), &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()[frame.HeaderSize:]
+}
+
+// inList is a SELECT of table with an IN list of keys n distinct ints.
+func inList(table string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT v FROM %s WHERE k IN (", table)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, i)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// registered is what p's registry holds of the statement prepared as id:
+// an EXECUTE of it, without values, classified against the test schema;
+// nil when the registry does not hold it.
+func registered(t testing.TB, p *Proxy, id []byte) *classify.Classification {
+	t.Helper()
+	var c classify.Classifier
+	h := frame.Header{Version: 4, Opcode: frame.OpExecute}
+	env := classify.Env{Schema: testSnapshot(t), Prepared: p.prepared}
+	got, err := c.Classify(h, encodeBody(t, 4, &message.Execute{QueryId: id, Options: &message.QueryOptions{}}), &env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Unprepared != nil {
+		return nil
+	}
+	return got
+}
 
 // testLogger discards logs unless CQLGUARD_DEBUG=1.
 func testLogger() zerolog.Logger {

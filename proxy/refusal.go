@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/shed"
@@ -108,7 +109,7 @@ func (s *session) appendRefusal(dst []byte, version uint8, stream int16, r refus
 			fmt.Sprintf("cqlguard: request shed, tier %d, while the node %s is slow (shedding); retry later", r.tier, r.node.addr))
 	case refusedLimit:
 		t := r.rej.table
-		return frame.AppendRateLimited(dst, version, stream, s.rateLimitOptIn, r.rej.op == OpWrite, t.Keyspace, t.Name)
+		return frame.AppendRateLimited(dst, version, stream, s.rateLimitOptIn, r.rej.op == classify.OpWrite, t.Keyspace, t.Name)
 	default:
 		t := r.rej.table
 		return frame.AppendError(dst, version, stream, frame.ErrCodeInvalid,

@@ -333,8 +333,8 @@ coordination:
 			if p.trackedPartitions() != coord {
 				t.Error("coordination was restarted")
 			}
-			if p.coord.cfg.SyncInterval != last.Coordination.SyncInterval {
-				t.Errorf("coordination runs with sync_interval %v, want %v", p.coord.cfg.SyncInterval, last.Coordination.SyncInterval)
+			if p.reporter.cfg.SyncInterval != last.Coordination.SyncInterval {
+				t.Errorf("coordination runs with sync_interval %v, want %v", p.reporter.cfg.SyncInterval, last.Coordination.SyncInterval)
 			}
 		})
 	}
@@ -374,5 +374,61 @@ func TestReloadMidFlightKeepsTheRequestsSettings(t *testing.T) {
 	c.recv()
 	if got := metricValue(t, units); got != 101 {
 		t.Errorf("after a read admitted after the reload, %v units, want 101", got)
+	}
+}
+
+// A hot read that joined another's flight before a reload, and is
+// forwarded on its own after it (its leader left), is decided and charged
+// under the settings it joined with, like any request in flight across a
+// reload: not the new limit, which the new settings' first read used up,
+// nor the new prices, nor a mix of the two.
+func TestReloadJoinedHotReadKeepsItsSettings(t *testing.T) {
+	t.Parallel()
+	const rows = 3
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv", Rows: rows, SlowQuery: "k = 1", SlowFor: 2 * time.Second})
+	base := "listen: 127.0.0.1:0\nupstreams: [" + node.Addr() + "]\nadmin: {listen: \"\"}\n"
+	// Before: every read of ks.kv coalesced, no limit, 1 unit a request
+	// and 10 a row. After: no hot reads, one read a second, 100 and 1,000.
+	before := base + "request_units: {fixed: 1, per_row: 10, per_kib: 0, per_ms: 0}\n" +
+		"hot_reads: {keyspaces: {ks: {tables: {kv: {coalesce: true, hot_rate: 0}}}}}\n"
+	after := base + "request_units: {fixed: 100, per_row: 1000, per_kib: 0, per_ms: 0}\n" +
+		"limits: {algorithm: token-bucket, keyspaces: {ks: {tables: {kv: {max_reads_per_second: 1}}}}}\n"
+	p, addr := serveProxy(t, parseConfig(t, before), testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{testSnapshot(t)}))
+	units := p.clientMetrics.units.WithLabelValues(p.settings.Load().clients.classes[0].name)
+	client := func() *rawClient {
+		c := dialRaw(t, addr, 4)
+		c.startup(nil)
+		c.c.SetDeadline(time.Now().Add(10 * time.Second))
+		return c
+	}
+	leader, joined, next := client(), client(), client()
+	const read = "SELECT * FROM ks.kv WHERE k = 1" // slow on the node
+	leader.send(1, &message.Query{Query: read, Options: readOne})
+	waitUntil(t, "the leader's read at the node", func() bool { return node.SlowRequests() == 1 })
+	joined.send(1, &message.Query{Query: read, Options: readOne})
+	waitUntil(t, "the second read joined", func() bool { return p.hotServed(t, "coalesced") == 1 })
+
+	if err := reload(p, after); err != nil {
+		t.Fatal(err)
+	}
+	// The same partition, not slow: under the new settings it is charged
+	// the new prices, and takes the partition's one read of this second.
+	next.read(1, "SELECT * FROM ks.kv WHERE k=1")
+	if got, want := metricValue(t, units), float64(100+1000*rows); got != want {
+		t.Fatalf("a read after the reload was charged %v units, want %v", got, want)
+	}
+
+	// The leader leaves: its read is charged as sent (1, under the old
+	// settings), and the joined read is forwarded on its own connection.
+	leader.c.Close()
+	if fr := joined.recv(); fr.Header.OpCode != primitive.OpCodeResult {
+		t.Fatalf("the joined read, forwarded after the reload, was answered %v", fr.Body.Message)
+	}
+	want := float64(100+1000*rows) + 1 + float64(1+10*rows)
+	for deadline := time.Now().Add(5 * time.Second); metricValue(t, units) < want && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if got := metricValue(t, units); got != want {
+		t.Errorf("with the leader's and the joined read's charges, %v units, want %v: %v for the joined read", got, want, float64(1+10*rows))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/hotread"
 )
@@ -61,7 +62,7 @@ func (s *session) serveRequests() error {
 // for the client with nothing buffered, and writes what they queued.
 func (s *session) idle() error {
 	if s.heldLarge {
-		s.classifier.release()
+		s.classifier.Release()
 		s.decomp.Release()
 		if cap(s.rewritten) > largeFrame {
 			s.rewritten = nil
@@ -91,7 +92,7 @@ func (s *session) readFailed(h frame.Header, err error) error {
 	case errors.As(err, &tooLarge):
 		m.protocolErrors.WithLabelValues("frame_too_large").Inc()
 		s.log.Warn().Int("bytes", h.Length).Str("opcode", h.Opcode.String()).Msg("request frame too large")
-		s.answer(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
+		s.writeError(&s.reqScratch, h.Version, h.Stream, frame.ErrCodeProtocol, err.Error())
 		return nil
 	case errors.As(err, &version):
 		// Drivers ask for the highest version they know and step
@@ -281,7 +282,7 @@ func (s *session) keepLogin(f []byte, reply reply, v verdict) {
 	case f == nil:
 	case reply == replyStartup && v == accepted:
 		s.login = append(s.login[:0], f)
-	case reply == replyAuth && v != refused && len(s.login) > 0:
+	case reply == replyAuth && v != notAccepted && len(s.login) > 0:
 		s.login = append(s.login, f)
 	default:
 		// A refused login: what was kept of it is forgotten.
@@ -390,11 +391,12 @@ func (s *session) startup(f []byte, h frame.Header) ([]byte, error) {
 	return f, nil
 }
 
-// classify classifies a QUERY, PREPARE, EXECUTE or BATCH, and notes in
-// req what its response needs (topology rows rewritten, a prepared
-// statement learned). It returns the id of a statement the proxy has not
-// seen prepared, which the driver must prepare again.
-func (s *session) classify(f []byte, h frame.Header, req *request) (*Classification, []byte) {
+// classify classifies the QUERY, PREPARE, EXECUTE or BATCH f (h) (package
+// classify), and notes in req what its answer needs: topology rows
+// rewritten, a prepared statement learned, the keyspace a USE sets. It
+// returns nil for a request whose body does not decode, which is forwarded
+// unclassified and never limited.
+func (s *session) classify(f []byte, h frame.Header, req *request) *classify.Classification {
 	body := f[frame.HeaderSize:]
 	if h.Compressed() {
 		var err error
@@ -402,76 +404,27 @@ func (s *session) classify(f []byte, h frame.Header, req *request) (*Classificat
 			if !errors.Is(err, errSessionClosed) {
 				s.unclassified(h, err)
 			}
-			return nil, nil
+			return nil
 		}
 	}
-	body = skipRequestPrefix(body, h)
-	s.classifier.body = nil
-	snap := s.p.schema.Current()
+	env := &s.classifiedIn
+	env.Schema, env.Prepared = s.p.schema.Current(), s.p.prepared
 	if ks := s.keyspace.Load(); ks != nil {
-		s.classifier.keyspace = *ks
+		env.Keyspace = *ks
 	}
-	s.classifier.maxPartitions = req.set.limits.maxPartitions
-	switch h.Opcode {
-	case frame.OpQuery:
-		q, err := frame.ParseQuery(body, h.Version)
-		if err != nil {
-			s.unclassified(h, err)
-			return nil, nil
-		}
-		c := s.classifier.query(&q, snap)
-		req.reply, req.use = tableOf(&s.classifier.rec), s.classifier.use
-		s.classifier.body, s.classifier.consistency = body, q.Consistency
-		s.classifier.timestampAt = timestampAt(&q)
-		return c, nil
-	case frame.OpPrepare:
-		q, err := frame.QueryString(body)
-		if err != nil {
-			s.unclassified(h, err)
-			return nil, nil
-		}
-		req.prepared = s.classifier.prepare(q, nil, snap)
-		req.prepared.statement = slices.Clone(q)
-		if ks := s.keyspace.Load(); ks != nil {
-			req.prepared.preparedIn = slices.Clone(*ks)
-		}
-		req.reply, req.table = replyPrepared, tableOf(&s.classifier.rec)
-		s.classifier.body = body
-		return nil, nil
-	case frame.OpExecute:
-		q, err := frame.ParseExecute(body, h.Version)
-		if err != nil {
-			s.unclassified(h, err)
-			return nil, nil
-		}
-		p := s.p.prepared.get(q.ID)
-		if p == nil {
-			return nil, q.ID
-		}
-		p = s.p.prepared.resolve(q.ID, p, snap, &s.classifier)
-		req.reply, req.prepared, req.use = p.table, p, p.use
-		c := s.classifier.execute(&q, p, snap)
-		s.classifier.body, s.classifier.consistency = body, q.Consistency
-		s.classifier.timestampAt = timestampAt(&q)
-		return c, nil
-	case frame.OpBatch:
-		b, err := frame.ParseBatch(body, h.Version)
-		if err != nil {
-			s.unclassified(h, err)
-			return nil, nil
-		}
-		return s.classifier.batch(&b, s.p.prepared, snap)
+	env.MaxPartitions = req.set.limits.maxPartitions
+	cl, err := s.classifier.Classify(h, body, env)
+	// An idle connection does not keep a schema the proxy has replaced.
+	env.Schema = nil
+	if err != nil {
+		s.unclassified(h, err)
+		return nil
 	}
-	return nil, nil
-}
-
-// timestampAt is the offset of q's default timestamp in its body, 0 for
-// none.
-func timestampAt(q *frame.Query) int {
-	if !q.HasTimestamp() {
-		return 0
+	req.reply, req.use, req.prepared = replyOf(cl.Topology), cl.Use, cl.Prepared
+	if h.Opcode == frame.OpPrepare {
+		req.reply = replyPrepared
 	}
-	return q.TimestampAt
+	return cl
 }
 
 // decompress returns the decompressed body of a request frame of n bytes.
@@ -519,17 +472,17 @@ func (s *session) unclassified(h frame.Header, err error) {
 }
 
 // dropUsingTimeout returns the QUERY or PREPARE f without the trailing
-// USING TIMEOUT clause its classification found, or f itself if it has
+// USING TIMEOUT clause its classification c found, or f itself if it has
 // none. The frame it returns is uncompressed, which a v4 frame may be
 // whatever the connection negotiated.
-func (s *session) dropUsingTimeout(f []byte, h frame.Header) []byte {
-	n := s.classifier.withoutTimeout
+func (s *session) dropUsingTimeout(f []byte, h frame.Header, c *classify.Classification) []byte {
+	n := c.WithoutTimeout
 	if n == 0 || (h.Opcode != frame.OpQuery && h.Opcode != frame.OpPrepare) || h.Flags&frame.FlagCustomPayload != 0 {
 		return f
 	}
 	// QUERY and PREPARE bodies both start with the statement, a [long
-	// string]; classify kept the body, decompressed.
-	body := s.classifier.body
+	// string]; the classification kept the body, decompressed.
+	body := c.Body
 	q, err := frame.QueryString(body)
 	if err != nil || n > len(q) {
 		return f
@@ -541,17 +494,4 @@ func (s *session) dropUsingTimeout(f []byte, h frame.Header) []byte {
 	s.rewritten = out
 	s.log.Debug().Int16("stream", h.Stream).Msg("dropped USING TIMEOUT, which the upstream does not take")
 	return out
-}
-
-// skipRequestPrefix skips the tracing-free prefix a request body may carry:
-// a custom payload ([bytes map]) when its flag is set.
-func skipRequestPrefix(body []byte, h frame.Header) []byte {
-	if h.Flags&frame.FlagCustomPayload == 0 {
-		return body
-	}
-	n, ok := frame.BytesMapLen(body)
-	if !ok {
-		return nil
-	}
-	return body[n:]
 }

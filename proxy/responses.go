@@ -7,8 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -106,9 +106,9 @@ func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 		s.p.inflight.Give(1)
 		s.ended(req)
 	}
-	s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+	s.writeError(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
 	if _, awaited := s.verdictOf(&req, ended, h); awaited {
-		s.settle(refused)
+		s.settle(notAccepted)
 	}
 }
 
@@ -125,7 +125,7 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	defer func() { *a = answer{} }()
 	req := &a.req
 	var ok bool
-	verdict, awaited := refused, false
+	verdict, awaited := notAccepted, false
 	s.mu.Lock()
 	u.activity++
 	*req, ok = s.endStream(h.Stream)
@@ -147,7 +147,7 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 		// path's, not the client's.
 		s.p.inflight.Give(1)
 		if verdict == accepted && s.asked != nil && !s.preparedAs(f, h, comp, s.asked) {
-			verdict = refused
+			verdict = notAccepted
 		}
 		s.settle(verdict)
 		return idle, nil
@@ -214,9 +214,9 @@ func (s *session) rewriteForClient(f []byte, h frame.Header, req request, comp f
 		if h.Stream < 0 {
 			return nil, false
 		}
-		s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
+		s.writeError(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: "+err.Error())
 		if awaited {
-			s.settle(refused)
+			s.settle(notAccepted)
 		}
 		return nil, false
 	}
@@ -250,7 +250,7 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 	case h.Opcode != frame.OpResult:
 		return f, true, nil
 	case req.reply == replyPrepared:
-		out, err := s.learnPrepared(f, h, comp, req.table, req.prepared)
+		out, err := s.learnPrepared(f, h, comp, req.prepared)
 		return out, true, err
 	case req.reply == replyLocal, req.reply == replyPeers, req.reply == replyPeersV2:
 		body, err := s.responseBody(f, comp)
@@ -259,7 +259,7 @@ func (s *session) rewriteResponse(f []byte, h frame.Header, req request, negotia
 		}
 		var cols []string
 		if req.prepared != nil {
-			cols = req.prepared.columns
+			cols = req.prepared.Columns()
 		}
 		out, err := t.rows(f, h, body, req.reply, cols)
 		return out, true, err
@@ -280,11 +280,11 @@ func (s *session) responseBody(f []byte, comp frame.Compression) ([]byte, error)
 }
 
 // learnPrepared records the statement a RESULT Prepared f names: what the
-// request path learned of its text (p), completed with the partition key
-// indexes the upstream reports. It returns f, or f with the LWT mark set
-// for a conditional statement when the driver asked for the mark and the
-// upstream does not set it.
-func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, table reply, p *preparedStatement) ([]byte, error) {
+// request path learned of its text (p), completed with what the upstream
+// reports (classify.Registry.Learn). It returns f, or f with the LWT mark
+// set for a conditional statement when the driver asked for the mark and
+// the upstream does not set it.
+func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression, p *classify.Prepared) ([]byte, error) {
 	whole, err := s.responseBody(f, comp)
 	if err != nil {
 		return nil, err
@@ -297,33 +297,8 @@ func (s *session) learnPrepared(f []byte, h frame.Header, comp frame.Compression
 	if err != nil {
 		return nil, fmt.Errorf("RESULT Prepared: %w", err)
 	}
-	if p == nil {
-		p = &preparedStatement{}
-	}
-	p.table = table
-	if p.sources == nil && prep.PKIndexes.Len() > 0 && p.op != OpNone {
-		// The schema did not say (a table it does not know yet, say), but
-		// the upstream did (v4 and later): each partition key column is
-		// one bound variable.
-		for i := range prep.PKIndexes.Len() {
-			p.sources = append(p.sources, []pkSource{{index: int32(prep.PKIndexes.At(i))}})
-		}
-		if len(p.keyspace) == 0 {
-			p.keyspace = append([]byte(nil), prep.Keyspace...)
-		}
-	}
-	p.lwt = p.lwt || prep.LWT
-	p.id = slices.Clone(prep.ID)
-	if table != replyForward {
-		// The result columns, which EXECUTEs that skip metadata will not
-		// repeat; copied, since body is the reader's.
-		p.columns = make([]string, 0, prep.Result.Len())
-		for col, ok := prep.Result.Next(); ok; col, ok = prep.Result.Next() {
-			p.columns = append(p.columns, string(col.Name))
-		}
-	}
-	s.p.prepared.put(prep.ID, p)
-	if s.markLWT && p.lwt && !prep.LWT {
+	p = s.p.prepared.Learn(p, &prep)
+	if s.markLWT && p.LWT() && !prep.LWT {
 		return frame.AppendPreparedLWT(nil, h, whole)
 	}
 	return f, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/transport"
 )
@@ -41,8 +42,9 @@ type session struct {
 	// PREPARE the proxy asks must be answered with (ask). Request path
 	// only; asked is read by the response path while the request path
 	// waits.
-	replicas []string
-	asked    []byte
+	replicas   []string
+	asked      []byte
+	askScratch []byte // what the request path asks a node itself
 	// written are the legs the request path queued requests on since it
 	// last pushed (push). Request path only.
 	written []*upstream
@@ -102,8 +104,13 @@ type session struct {
 	// heldLarge is set once the classifier or decomp may hold on to a
 	// request larger than largeFrame, which they must let go of before the
 	// connection idles. Request path only.
-	heldLarge  bool
-	classifier classifier // request path only
+	heldLarge bool
+	// classifier classifies each request against classifiedIn: the
+	// prepared statements, the connection's keyspace and the bound on
+	// partitions the request being handled was classified against, and
+	// the schema while it is. Request path only.
+	classifier   classify.Classifier
+	classifiedIn classify.Env
 	// call is the request the stages decide (pipeline.go), request path
 	// only; answering the answer their answered hooks are handed,
 	// response path only.
@@ -358,8 +365,9 @@ func (s *session) upstreamStalled(u *upstream, timeout time.Duration) {
 }
 
 // largeFrame is the size past which a request is not kept alive by an
-// idle connection (see classifier.release), as frame.Reader does not keep
-// the buffers of frames past 64 KiB.
+// idle connection (see session.idle), as frame.Reader does not keep the
+// buffers of frames past 64 KiB, nor classify.Classifier.Release its
+// scratch space.
 const largeFrame = 64 << 10
 
 // negotiating reports whether a frame's version byte is one a driver asks
@@ -471,7 +479,7 @@ func (s *session) failInFlight(err error, u *upstream, only *upstream) {
 		s.endStream(askedOn)
 		s.p.inflight.Give(1)
 		if only != nil {
-			s.settle(refused) // else up's response path has ended every wait
+			s.settle(notAccepted) // else up's response path has ended every wait
 		}
 	}
 	for _, l := range lost {
@@ -503,7 +511,7 @@ func (s *session) failInFlight(err error, u *upstream, only *upstream) {
 	s.p.metrics.protocolErrors.WithLabelValues(reason).Add(float64(len(lost)))
 	s.log.Warn().Str("node", u.addr).Int("requests", len(lost)).Str("reason", reason).Err(err).Msg("upstream connection ended with requests in flight; answering them with a server error")
 	for _, l := range lost {
-		s.answer(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
+		s.writeError(&s.respScratch, l.version, l.id, frame.ErrCodeServer, msg)
 	}
 }
 
@@ -599,9 +607,9 @@ func (s *session) drain() {
 	}
 }
 
-// answer sends the client an ERROR on stream, in place of a response from
-// the upstream. buf is the calling path's scratch buffer.
-func (s *session) answer(buf *[]byte, v uint8, stream int16, code int32, msg string) {
+// writeError sends the client an ERROR on stream, in place of a response
+// from the upstream. buf is the calling path's scratch buffer.
+func (s *session) writeError(buf *[]byte, v uint8, stream int16, code int32, msg string) {
 	if v < 3 || v > 5 {
 		v = 4
 	}

@@ -24,8 +24,8 @@ type settings struct {
 	// units are the partitions' budgets in request units, made the first
 	// time limits set one and kept after.
 	units *ratelimit.Units
-	// fleet holds the fleet-wide shares of hot partitions while
-	// coordination runs (coordination.go); nil otherwise.
+	// fleet holds the fleet-wide shares of hot partitions while the
+	// fleet's reporter runs (fleet.go); nil otherwise.
 	fleet *ratelimit.Fleet
 	// clients are the client classes (clients.go).
 	clients *clientClasses
@@ -46,8 +46,8 @@ type change struct {
 	// limiterReplaced: the limiter's own settings changed, so next has a
 	// new one and counting starts again.
 	limiterReplaced bool
-	// redis is the client of the coordination reporter that commit starts;
-	// nil when coordination is off.
+	// redis is the client of the fleet's reporter that commit starts; nil
+	// when coordination is off.
 	redis redis.UniversalClient
 }
 
@@ -108,7 +108,7 @@ func (p *Proxy) buildSettings(cfg config.Config, old *settings) (*change, error)
 // commit makes c's settings the proxy's and does what goes with them: the
 // budgets of client classes take their new rates, a limiter replaced has
 // its statistics kept, the hot reads' cache is dropped when no table is
-// served, and the coordination reporter is started, replaced or stopped.
+// served, and the fleet's reporter is started, replaced or stopped.
 // It cannot fail. Reloads are serialized (reloader.mu), and so are commits.
 func (p *Proxy) commit(c *change) {
 	old := p.settings.Swap(c.next)
@@ -122,5 +122,5 @@ func (p *Proxy) commit(c *change) {
 		p.log.Warn().Str("algorithm", l.Algorithm).Int64("memory_bytes", int64(l.Memory)).Float64("burst_seconds", l.Burst).
 			Msg("rate limiter replaced: partition counts start again from zero")
 	}
-	p.runCoordination(c.cfg.Coordination, c.redis, c.next.fleet)
+	p.runReporter(c.cfg.Coordination, c.redis, c.next.fleet)
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"sync/atomic"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/hotread"
 )
 
@@ -36,10 +37,10 @@ func (hotReadStage) admit(s *session, c *call) (outcome, bool) {
 		return outcome{}, false
 	}
 	c.req.wrote = s.writes(c.h, c.classified, c.req.use)
-	if c.classified == nil || c.classified.Op != OpRead {
+	if c.classified == nil || c.classified.Op != classify.OpRead {
 		return outcome{}, false
 	}
-	return s.serveHot(c.h, c.classified, &c.req, tables, c.now)
+	return s.serveHot(c, tables)
 }
 
 // decided counts the read that leads a flight as forwarded, or, refused by

@@ -27,7 +27,7 @@ func (limitStage) admit(s *session, c *call) (outcome, bool) {
 	if s.p.observe != nil {
 		s.p.observe(c.classified)
 	}
-	r, over := s.decide(c.classified, c.req.set, s.p.epochUnix+c.now)
+	r, over := s.decide(c.classified, c.observed, c.req.set, s.p.epochUnix+c.now)
 	if s.nCharges > 0 {
 		c.req.charges, c.req.nCharges = s.charges, s.nCharges
 	}

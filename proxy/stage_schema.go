@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/cqlguard/cqlguard/frame"
+import (
+	"github.com/cqlguard/cqlguard/classify"
+	"github.com/cqlguard/cqlguard/frame"
+)
 
 // schemaStage reloads the schema (schema.go's SchemaSource) once a
 // statement that may change it has run: the partition keys the classifier
@@ -11,7 +14,7 @@ type schemaStage struct{}
 
 func (schemaStage) admit(s *session, c *call) (outcome, bool) {
 	if cl := c.classified; cl != nil {
-		c.req.ddl = cl.Op == OpNone && !cl.Internal
+		c.req.ddl = cl.Op == classify.OpNone && !cl.Internal
 	}
 	return outcome{}, false
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"sync/atomic"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/hotread"
 	"github.com/cqlguard/cqlguard/ratelimit"
 	"github.com/cqlguard/cqlguard/schema"
@@ -16,7 +17,7 @@ const (
 	replyLocal                  // rewrite rows of system.local
 	replyPeers                  // rewrite rows of system.peers
 	replyPeersV2                // rewrite rows of system.peers_v2
-	replyPrepared               // learn the id of a prepared topology query
+	replyPrepared               // learn the statement a PREPARE prepared
 	replySupported              // rewrite SUPPORTED
 	replyStartup                // end of the handshake: READY, AUTHENTICATE or ERROR
 	replyAuth                   // an AUTH_RESPONSE: AUTH_SUCCESS, AUTH_CHALLENGE or ERROR
@@ -30,17 +31,16 @@ type request struct {
 	// loaded with its frame.
 	set   *settings
 	reply reply
-	table reply // for replyPrepared: which topology table was prepared
-	ddl   bool  // may change the schema: reload it once answered
-	use   bool  // a USE: its Set_keyspace answer sets the connection's keyspace
+	ddl   bool // may change the schema: reload it once answered
+	use   bool // a USE: its Set_keyspace answer sets the connection's keyspace
 	// version is the request's protocol version, for an answer the proxy
 	// writes itself when the upstream cannot.
 	version uint8
 	// up is the upstream connection the request was sent on, nil while it
 	// waits on another's hot read.
 	up *upstream
-	// prepared is what is known of an EXECUTE's statement.
-	prepared *preparedStatement
+	// prepared is what is known of a PREPARE's or an EXECUTE's statement.
+	prepared *classify.Prepared
 	// wrote is what the request may change: its answer invalidates it
 	// for hot reads.
 	wrote wrote

@@ -17,8 +17,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
-	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 )
 
@@ -94,19 +94,14 @@ func newTopology(cfg config.Config) (*topology, error) {
 	return t, nil
 }
 
-// tableOf says which topology table, if any, the query rec recognised last
-// reads.
-func tableOf(rec *cql.Recognizer) reply {
-	ks, table, ok := rec.From()
-	if !ok || string(ks) != "system" {
-		return replyForward
-	}
-	switch string(table) {
-	case "local":
+// replyOf is what the answer to a read of topology table t needs.
+func replyOf(t classify.Topology) reply {
+	switch t {
+	case classify.TopologyLocal:
 		return replyLocal
-	case "peers":
+	case classify.TopologyPeers:
 		return replyPeers
-	case "peers_v2":
+	case classify.TopologyPeersV2:
 		return replyPeersV2
 	}
 	return replyForward

@@ -17,7 +17,7 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/classify"
 )
 
 const jsonKeyspace = "cqlguard_json"
@@ -83,7 +83,7 @@ func TestTokenJSONAndHints(t *testing.T) {
 					return // a value Cassandra refuses: nothing was written
 				}
 				for _, o := range observed.take(jsonKeyspace, table) {
-					if o.op != proxy.OpWrite {
+					if o.op != classify.OpWrite {
 						continue
 					}
 					if !o.pinned || len(o.tokens) != 1 {

@@ -15,6 +15,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 	"github.com/cqlguard/cqlguard/schema"
@@ -94,7 +95,7 @@ func TestLimitsEnforced(t *testing.T) {
 		tok := schema.Token(binary.BigEndian.AppendUint32(nil, uint32(k)))
 		n := 0
 		for _, o := range seen.take("cqlguard_limits", "hot") {
-			if o.pinned && len(o.tokens) == 1 && o.tokens[0] == tok && (o.op == proxy.OpRead || o.op == proxy.OpWrite) {
+			if o.pinned && len(o.tokens) == 1 && o.tokens[0] == tok && (o.op == classify.OpRead || o.op == classify.OpWrite) {
 				n++
 			}
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/proxy"
 )
@@ -290,7 +291,7 @@ var observed = &classLog{watched: map[string]bool{}, byTable: map[string][]obser
 // observation is one request's classification, copied out of the proxy's
 // reused buffers.
 type observation struct {
-	op     proxy.Op
+	op     classify.Op
 	pinned bool
 	tokens []int64
 }
@@ -327,14 +328,14 @@ func (l *classLog) take(keyspace, table string) []observation {
 func (l *classLog) takeForwarded(keyspace, table string) int {
 	n := 0
 	for _, o := range l.take(keyspace, table) {
-		if o.op == proxy.OpRead || o.op == proxy.OpWrite {
+		if o.op == classify.OpRead || o.op == classify.OpWrite {
 			n++
 		}
 	}
 	return n
 }
 
-func (l *classLog) add(c *proxy.Classification) {
+func (l *classLog) add(c *classify.Classification) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.watched[string(c.Keyspace)] {

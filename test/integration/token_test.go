@@ -38,7 +38,7 @@ import (
 	zlog "github.com/rs/zerolog/log"
 	"gopkg.in/inf.v0"
 
-	"github.com/cqlguard/cqlguard/proxy"
+	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/schema"
 )
 
@@ -350,7 +350,7 @@ func runTokenCase(t *testing.T, s *gocql.Session, raw []*client.CqlClientConnect
 		var proxyTokens []int64
 		unpinned := 0
 		for _, o := range observed.take(tokenKeyspace, tableName) {
-			if o.op != proxy.OpWrite {
+			if o.op != classify.OpWrite {
 				continue
 			}
 			if !o.pinned || len(o.tokens) != 1 {

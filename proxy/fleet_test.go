@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -412,4 +415,104 @@ func TestCoordinationHostileRedis(t *testing.T) {
 	if n := strings.Count(out, "coordination lost"); n != 1 || !strings.Contains(out, "redis reply refused") {
 		t.Errorf("want one line saying coordination was lost, naming the refused reply:\n%s", out)
 	}
+}
+
+// A reload that changes coordination.tracked_partitions while requests
+// count into the fleet's table, reports read it and /hot is read: no race,
+// no panic, and each new size applies. 16 hot partitions fit in a table of
+// 1,024 and are reported; a table of 4 holds 4 of them, which are all a
+// report carries.
+func TestReloadTrackedPartitionsWhileReporting(t *testing.T) {
+	t.Parallel()
+	redisAddr := redistest.Start(t)
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Keyspace: "ks", Table: "kv"})
+	file := func(tracked int) string {
+		return "listen: 127.0.0.1:0\nupstreams: [" + node.Addr() + "]\nadmin: {listen: \"\"}\n" +
+			"limits: {keyspaces: {ks: {tables: {kv: {max_reads_per_second: 20}}}}}\n" +
+			"coordination: {addresses: [" + redisAddr + "], sync_interval: 100ms, tracked_partitions: " + strconv.Itoa(tracked) + "}\n"
+	}
+	reg := prometheus.NewRegistry()
+	p, addr := serveProxy(t, parseConfig(t, file(1024)), testLogger(), reg, WithSchema(staticSchema{testSnapshot(t)}))
+	hot := adminHandler(t, p, reg)
+	reported := func() float64 { return gaugeValue(t, reg, "cqlguard_coordination_reported_partitions") }
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	for range 4 {
+		c := dialRaw(t, addr, 4)
+		c.startup(nil)
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.c.SetDeadline(time.Now().Add(5 * time.Second))
+				c.send(1, &message.Query{Query: fmt.Sprintf("SELECT * FROM ks.kv WHERE k = %d", k%16), Options: readOne})
+				c.recv() // answered, or refused by the limit
+				sent.Add(1)
+			}
+		})
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rec := httptest.NewRecorder()
+			hot.ServeHTTP(rec, httptest.NewRequest("GET", "/hot", nil))
+			if rec.Code != http.StatusOK {
+				t.Errorf("GET /hot while reloading: %d %s", rec.Code, rec.Body)
+				return
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+
+	// sizeApplies reloads tracked_partitions to tracked, and waits until
+	// reports carry what a table of that size holds.
+	sizeApplies := func(tracked int, holds func(float64) bool) {
+		t.Helper()
+		old := p.settings.Load().fleet
+		if err := reload(p, file(tracked)); err != nil {
+			t.Fatal(err)
+		}
+		if p.settings.Load().fleet == old {
+			t.Fatalf("tracked_partitions %d: the fleet's table was not replaced", tracked)
+		}
+		// A report that began before the reload may still be counted.
+		deadline := time.Now().Add(10 * time.Second)
+		for n := 0; n < 3; {
+			got := reported()
+			switch {
+			case holds(got):
+				n++
+			case time.Now().After(deadline):
+				t.Fatalf("tracked_partitions %d: reports carry %v partitions (%d requests so far)", tracked, got, sent.Load())
+			default:
+				n = 0
+			}
+			time.Sleep(110 * time.Millisecond)
+		}
+	}
+	for range 3 {
+		sizeApplies(4, func(n float64) bool { return n > 0 && n <= 4 })
+		sizeApplies(1024, func(n float64) bool { return n > 4 })
+	}
+	// Reloads in quick succession, each report reading whichever table is
+	// current.
+	for i := range 20 {
+		if err := reload(p, file(4+i*100)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%4) * 10 * time.Millisecond)
+	}
+	sizeApplies(4, func(n float64) bool { return n > 0 && n <= 4 })
 }

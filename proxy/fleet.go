@@ -1,8 +1,9 @@
 package proxy
 
-// Fleet-wide limits: the reporter that coordination asks for (package
-// fleet), started with the proxy and replaced by a reload that changes it.
-// The request path reads only the ratelimit.Fleet it fills (decide.go).
+// Fleet-wide limits (the coordination section of the configuration): the
+// reporter of package fleet, started with the proxy and replaced by a
+// reload that changes it. The request path reads only the ratelimit.Fleet
+// it fills (decide.go).
 
 import (
 	"context"
@@ -18,23 +19,23 @@ import (
 	"github.com/cqlguard/cqlguard/ratelimit"
 )
 
-// coordination is the running reporter and the configuration it runs.
+// fleetReporter is the running reporter and the configuration it runs.
 // Settings are built (buildSettings) and committed under the reload lock,
-// which serializes runCoordination; mu guards what the other readers see.
-type coordination struct {
+// which serializes runReporter; mu guards what the other readers see.
+type fleetReporter struct {
 	mu      sync.Mutex
 	cfg     config.CoordinationConfig
 	stop    func() // stops the reporter; nil when none runs
 	metrics *fleet.Metrics
 }
 
-// runCoordination starts, replaces or stops the reporter for cfg, with
+// runReporter starts, replaces or stops the reporter for cfg, with
 // client, its Redis client (nil when coordination is off), filling f. It
 // replaces a running one even when cfg is the same, so that a reload reads
 // a rotated password or renewed certificates; f carries the fleet's
 // shares over unless tracked_partitions changed (buildSettings).
-func (p *Proxy) runCoordination(cfg config.CoordinationConfig, client redis.UniversalClient, f *ratelimit.Fleet) {
-	c := &p.coord
+func (p *Proxy) runReporter(cfg config.CoordinationConfig, client redis.UniversalClient, f *ratelimit.Fleet) {
+	c := &p.reporter
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	same := c.stop != nil && reflect.DeepEqual(c.cfg, cfg)
@@ -73,15 +74,15 @@ func (p *Proxy) runCoordination(cfg config.CoordinationConfig, client redis.Univ
 // trackedPartitions is the fleet size the running reporter's shares were
 // made for: a reload that changes it starts them afresh.
 func (p *Proxy) trackedPartitions() int {
-	c := &p.coord
+	c := &p.reporter
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cfg.TrackedPartitions
 }
 
-// stopCoordination stops the reporter, if one runs.
-func (p *Proxy) stopCoordination() {
-	c := &p.coord
+// stopReporter stops the reporter, if one runs.
+func (p *Proxy) stopReporter() {
+	c := &p.reporter
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stop != nil {

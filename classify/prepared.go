@@ -1,7 +1,8 @@
-package proxy
+package classify
 
-// Classification of prepared statements: what PREPARE learns, and EXECUTE
-// and BATCH children classified from it (see classify.go).
+// Classification of prepared statements: what a PREPARE learns of its
+// statement's text, and EXECUTEs and BATCH children classified from it
+// with their bound values (see statement.go).
 
 import (
 	"slices"
@@ -17,10 +18,13 @@ import (
 //
 // keyspace, when not empty, is the keyspace the request names, which a
 // keyspace in the text overrides.
-func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *preparedStatement {
+func (c *Classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *Prepared {
 	st := c.rec.Recognize(text)
 	c.withoutTimeout = st.WithoutTimeout
-	p := &preparedStatement{op: opOf(st.Kind), lwt: st.LWT, use: st.Kind == cql.StmtUse}
+	p := &Prepared{
+		op: opOf(st.Kind), lwt: st.LWT, use: st.Kind == cql.StmtUse, topology: topologyOf(&c.rec),
+		text: append([]byte(nil), text...),
+	}
 	if p.op == OpNone {
 		return p
 	}
@@ -32,8 +36,8 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 	}
 	t := snap.Table(ks, st.Table)
 	if t == nil {
-		// Kept so that a later schema, which knows the table, resolves it.
-		p.text = append([]byte(nil), text...)
+		// A later schema, which knows the table, resolves it.
+		p.unresolved = true
 		return p
 	}
 	if st.JSON {
@@ -74,7 +78,7 @@ func (c *classifier) prepare(text, keyspace []byte, snap *schema.Snapshot) *prep
 // prepareJSON learns where a prepared INSERT JSON's partition key comes
 // from: its document's bind marker, read at each EXECUTE, or a literal
 // document, read now.
-func (c *classifier) prepareJSON(p *preparedStatement, st *cql.Statement, t *schema.Table) *preparedStatement {
+func (c *Classifier) prepareJSON(p *Prepared, st *cql.Statement, t *schema.Table) *Prepared {
 	switch term := st.JSONTerm; term.Kind {
 	case cql.TermPositional, cql.TermNamed:
 		p.jsonIndex = int32(term.Index) + 1
@@ -93,16 +97,9 @@ func (c *classifier) prepareJSON(p *preparedStatement, st *cql.Statement, t *sch
 	return p
 }
 
-// execute classifies an EXECUTE of prepared statement p.
-func (c *classifier) execute(q *frame.Query, p *preparedStatement, snap *schema.Snapshot) *Classification {
-	c.reset()
-	c.executeInto(p, &q.Values, snap, false)
-	return &c.c
-}
-
 // executeInto adds a prepared statement with its bound values to the
 // classification, alone or as a batch child.
-func (c *classifier) executeInto(p *preparedStatement, values *frame.Values, snap *schema.Snapshot, inBatch bool) {
+func (c *Classifier) executeInto(p *Prepared, values *frame.Values, snap *schema.Snapshot, inBatch bool) {
 	if c.c.Table == nil {
 		c.c.Keyspace, c.c.Table = p.keyspace, p.tableName
 	}
@@ -171,10 +168,9 @@ func (c *classifier) executeInto(p *preparedStatement, values *frame.Values, sna
 	}
 }
 
-// batch classifies a BATCH. It returns the id of a child statement the
-// proxy has not seen prepared, when there is one.
-func (c *classifier) batch(b *frame.Batch, reg *preparedRegistry, snap *schema.Snapshot) (*Classification, []byte) {
-	c.reset()
+// batch classifies a BATCH. A child statement reg does not hold ends it,
+// noted as Unprepared.
+func (c *Classifier) batch(b *frame.Batch, reg *Registry, snap *schema.Snapshot) {
 	c.c.Op, c.c.Batch, c.c.Pinned = OpWrite, true, true
 	c.c.Logged = b.Type == frame.BatchLogged
 	for {
@@ -185,7 +181,8 @@ func (c *classifier) batch(b *frame.Batch, reg *preparedRegistry, snap *schema.S
 		if child.Prepared {
 			p := reg.get(child.ID)
 			if p == nil {
-				return &c.c, child.ID
+				c.c.Unprepared = child.ID
+				return
 			}
 			p = reg.resolve(child.ID, p, snap, c)
 			c.executeInto(p, &child.Values, snap, true)
@@ -197,5 +194,4 @@ func (c *classifier) batch(b *frame.Batch, reg *preparedRegistry, snap *schema.S
 	if !c.c.Pinned {
 		c.c.Partitions = c.c.Partitions[:0]
 	}
-	return &c.c, nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package classify
 
 import (
 	"bytes"
@@ -50,6 +50,29 @@ func encodeBody(t testing.TB, v primitive.ProtocolVersion, msg message.Message) 
 	return b.Bytes()[frame.HeaderSize:]
 }
 
+// classifyMsg classifies msg, encoded at version v by the oracle, with c
+// against env.
+func classifyMsg(t testing.TB, c *Classifier, env Env, v primitive.ProtocolVersion, msg message.Message) *Classification {
+	t.Helper()
+	h := frame.Header{Version: uint8(v), Opcode: frame.Opcode(msg.GetOpCode())}
+	got, err := c.Classify(h, encodeBody(t, v, msg), &env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// queryMsg is a QUERY of text with values bound by position.
+func queryMsg(text string, values ...*primitive.Value) *message.Query {
+	return &message.Query{Query: text, Options: &message.QueryOptions{PositionalValues: values}}
+}
+
+// executeMsg is an EXECUTE of the statement prepared as id with values
+// bound by position.
+func executeMsg(id []byte, values ...*primitive.Value) *message.Execute {
+	return &message.Execute{QueryId: id, Options: &message.QueryOptions{PositionalValues: values}}
+}
+
 func TestClassifyQuery(t *testing.T) {
 	snap := testSnapshot(t)
 	k1, k2 := tokenOf(intBytes(1)), tokenOf(intBytes(2))
@@ -90,14 +113,9 @@ func TestClassifyQuery(t *testing.T) {
 			values: []*primitive.Value{primitive.NewValue(intBytes(2))}, op: OpWrite, pinned: true, tokens: []int64{k1, k2}},
 	}
 	for _, v := range []primitive.ProtocolVersion{3, 4, 5} {
-		var c classifier
+		var c Classifier
 		for _, tt := range tests {
-			body := encodeBody(t, v, &message.Query{Query: tt.q, Options: &message.QueryOptions{PositionalValues: tt.values}})
-			q, err := frame.ParseQuery(body, uint8(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := c.query(&q, snap)
+			got := classifyMsg(t, &c, Env{Schema: snap}, v, queryMsg(tt.q, tt.values...))
 			if got.Op != tt.op || got.Pinned != tt.pinned || got.Internal != tt.internal || got.LWT != tt.lwt || got.Counter != tt.counter {
 				t.Errorf("v%d %q: %+v", v, tt.q, *got)
 				continue
@@ -120,72 +138,58 @@ func TestClassifyQuery(t *testing.T) {
 }
 
 func TestClassifyUseKeyspace(t *testing.T) {
-	snap := testSnapshot(t)
-	var c classifier
-	parse := func(q string) *frame.Query {
-		qq, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: q, Options: &message.QueryOptions{}}), 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &qq
-	}
-	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); got.Pinned {
+	env := Env{Schema: testSnapshot(t)}
+	var c Classifier
+	query := func(q string) *Classification { return classifyMsg(t, &c, env, 4, queryMsg(q)) }
+	if got := query("SELECT * FROM kv WHERE k = 1"); got.Pinned {
 		t.Error("unqualified table pinned before USE")
 	}
-	// A USE only marks the request: the keyspace is the upstream's answer's
-	// (session.learnKeyspace), given to the classifier before each request.
-	if c.query(parse("USE ks"), snap); !c.use {
+	// A USE only marks the request: the keyspace is the upstream's answer's,
+	// given to the classifier with each request.
+	if got := query("USE ks"); !got.Use {
 		t.Error("USE not marked")
 	}
-	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); got.Pinned || c.use {
+	if got := query("SELECT * FROM kv WHERE k = 1"); got.Pinned || got.Use {
 		t.Errorf("pinned by a USE not answered yet: %+v", *got)
 	}
-	c.keyspace = []byte("ks")
-	if got := c.query(parse("SELECT * FROM kv WHERE k = 1"), snap); !got.Pinned || got.Partitions[0].Token != tokenOf(intBytes(1)) {
+	env.Keyspace = []byte("ks")
+	if got := query("SELECT * FROM kv WHERE k = 1"); !got.Pinned || got.Partitions[0].Token != tokenOf(intBytes(1)) {
 		t.Errorf("in keyspace ks: %+v", *got)
 	}
 }
 
 func TestClassifyExecuteAndBatch(t *testing.T) {
 	snap := testSnapshot(t)
-	reg := newPreparedRegistry(100)
-	var c classifier
+	reg := NewRegistry(100, 0)
+	env := Env{Schema: snap, Prepared: reg}
+	var c Classifier
 	// Prepared from the text, with the schema.
 	p := c.prepare([]byte("UPDATE ks.comp SET v = ? WHERE b = ? AND a = 7"), nil, snap)
 	reg.put([]byte{1}, p)
 	// Known only by the upstream's partition key indexes.
-	q := &preparedStatement{op: OpWrite, keyspace: []byte("ks"), tableName: []byte("kv"), sources: [][]pkSource{{{index: 1}}}}
+	q := &Prepared{op: OpWrite, keyspace: []byte("ks"), tableName: []byte("kv"), sources: [][]pkSource{{{index: 1}}}}
 	reg.put([]byte{2}, q)
 
-	body := encodeBody(t, 4, &message.Execute{QueryId: []byte{1}, Options: &message.QueryOptions{
-		PositionalValues: []*primitive.Value{primitive.NewValue(intBytes(0)), primitive.NewValue([]byte("x"))}}})
-	e, err := frame.ParseExecute(body, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := c.execute(&e, reg.get([]byte{1}), snap)
+	execute := executeMsg([]byte{1}, primitive.NewValue(intBytes(0)), primitive.NewValue([]byte("x")))
+	got := classifyMsg(t, &c, env, 4, execute)
 	want := tokenOf(intBytes(7), []byte("x"))
-	if !got.Pinned || got.Op != OpWrite || len(got.Partitions) != 1 || got.Partitions[0].Token != want {
+	if !got.Pinned || got.Op != OpWrite || len(got.Partitions) != 1 || got.Partitions[0].Token != want || got.Prepared != p {
 		t.Fatalf("EXECUTE: %+v", *got)
 	}
-	if n := testing.AllocsPerRun(100, func() {
-		e, _ := frame.ParseExecute(body, 4)
-		c.execute(&e, p, snap)
-	}); n != 0 {
+	h, body := frame.Header{Version: 4, Opcode: frame.OpExecute}, encodeBody(t, 4, execute)
+	if n := testing.AllocsPerRun(100, func() { c.Classify(h, body, &env) }); n != 0 {
 		t.Errorf("classifying an EXECUTE allocates %v times", n)
 	}
+	if got := classifyMsg(t, &c, env, 4, executeMsg([]byte{9})); string(got.Unprepared) != "\x09" {
+		t.Errorf("EXECUTE of an unknown id: %+v", *got)
+	}
 
-	batch := encodeBody(t, 4, &message.Batch{Type: primitive.BatchTypeUnlogged, Children: []*message.BatchChild{
+	got = classifyMsg(t, &c, env, 4, &message.Batch{Type: primitive.BatchTypeUnlogged, Children: []*message.BatchChild{
 		{Id: []byte{1}, Values: []*primitive.Value{primitive.NewValue(intBytes(0)), primitive.NewValue([]byte("x"))}},
 		{Id: []byte{2}, Values: []*primitive.Value{primitive.NewValue([]byte("v")), primitive.NewValue(intBytes(3))}},
 		{Query: "INSERT INTO ks.kv (k) VALUES (3)"},
 	}})
-	b, err := frame.ParseBatch(batch, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, unknown := c.batch(&b, reg, snap)
-	if unknown != nil || !got.Pinned || !got.Batch || got.Logged || len(got.Partitions) != 2 {
+	if got.Unprepared != nil || !got.Pinned || !got.Batch || got.Logged || len(got.Partitions) != 2 {
 		t.Fatalf("BATCH: %+v", *got)
 	}
 	if got.Partitions[1].Token != tokenOf(intBytes(3)) {
@@ -201,75 +205,69 @@ func TestClassifyExecuteAndBatch(t *testing.T) {
 		t.Errorf("BATCH partition 1 key %x, want %x", got.Partitions[1].Key, intBytes(3))
 	}
 
-	missing := encodeBody(t, 4, &message.Batch{Type: primitive.BatchTypeLogged, Children: []*message.BatchChild{{Id: []byte{9}}}})
-	b, _ = frame.ParseBatch(missing, 4)
-	if _, unknown := c.batch(&b, reg, snap); string(unknown) != "\x09" {
-		t.Errorf("unknown child id %v", unknown)
+	missing := &message.Batch{Type: primitive.BatchTypeLogged, Children: []*message.BatchChild{{Id: []byte{9}}}}
+	if got := classifyMsg(t, &c, env, 4, missing); string(got.Unprepared) != "\x09" {
+		t.Errorf("unknown child id %v", got.Unprepared)
 	}
 }
 
-// A statement prepared before the proxy's schema knew its table is
+// A statement prepared before the classifier's schema knew its table is
 // resolved by the first EXECUTE that sees a schema that does.
 func TestPreparedResolvedLater(t *testing.T) {
 	empty := schema.NewSnapshot(nil)
 	snap := testSnapshot(t)
-	reg := newPreparedRegistry(100)
-	var c classifier
-	c.keyspace = []byte("ks")
+	reg := NewRegistry(100, 0)
+	var c Classifier
 	id := []byte{7}
-	reg.put(id, c.prepare([]byte("SELECT * FROM kv WHERE k = 5"), nil, empty))
-	c.keyspace = []byte("other") // another connection, or a later USE
-	body := encodeBody(t, 4, &message.Execute{QueryId: id, Options: &message.QueryOptions{}})
-	e, err := frame.ParseExecute(body, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := c.execute(&e, reg.resolve(id, reg.get(id), empty, &c), empty); got.Pinned {
+	prepared := classifyMsg(t, &c, Env{Schema: empty, Keyspace: []byte("ks")}, 4, &message.Prepare{Query: "SELECT * FROM kv WHERE k = 5"})
+	reg.put(id, prepared.Prepared)
+	// Another connection, or a later USE.
+	env := Env{Schema: empty, Prepared: reg, Keyspace: []byte("other")}
+	if got := classifyMsg(t, &c, env, 4, executeMsg(id)); got.Pinned {
 		t.Fatalf("pinned without a schema: %+v", *got)
 	}
-	got := c.execute(&e, reg.resolve(id, reg.get(id), snap, &c), snap)
+	env.Schema = snap
+	got := classifyMsg(t, &c, env, 4, executeMsg(id))
 	if !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tokenOf(intBytes(5)) {
 		t.Fatalf("not resolved with the schema: %+v", *got)
 	}
-	if p := reg.get(id); p.sources == nil || p.text != nil {
+	p := reg.get(id)
+	if p.sources == nil || p.unresolved {
 		t.Errorf("registry keeps the unresolved statement: %+v", p)
+	}
+	// Resolved, it keeps its text, with which another node can be asked
+	// to prepare it.
+	if string(p.text) != "SELECT * FROM kv WHERE k = 5" {
+		t.Errorf("resolved statement's text %q", p.text)
+	}
+}
+
+// benchmarkClassify classifies msg, encoded at v4, against env.
+func benchmarkClassify(b *testing.B, env Env, msg message.Message) {
+	var c Classifier
+	h, body := frame.Header{Version: 4, Opcode: frame.Opcode(msg.GetOpCode())}, encodeBody(b, 4, msg)
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Classify(h, body, &env)
 	}
 }
 
 func BenchmarkClassifyExecute(b *testing.B) {
 	snap := testSnapshot(b)
-	var c classifier
-	p := c.prepare([]byte("SELECT * FROM ks.comp WHERE a = ? AND b = ?"), nil, snap)
-	body := encodeBody(b, 4, &message.Execute{QueryId: make([]byte, 16), Options: &message.QueryOptions{
+	reg := NewRegistry(100, 0)
+	var c Classifier
+	reg.put(make([]byte, 16), c.prepare([]byte("SELECT * FROM ks.comp WHERE a = ? AND b = ?"), nil, snap))
+	benchmarkClassify(b, Env{Schema: snap, Prepared: reg}, &message.Execute{QueryId: make([]byte, 16), Options: &message.QueryOptions{
 		Consistency:      primitive.ConsistencyLevelLocalQuorum,
 		PositionalValues: []*primitive.Value{primitive.NewValue(intBytes(42)), primitive.NewValue([]byte("user:12345"))}}})
-	b.ReportAllocs()
-	for b.Loop() {
-		e, _ := frame.ParseExecute(body, 4)
-		c.execute(&e, p, snap)
-	}
 }
 
 func BenchmarkClassifyInlineSelect(b *testing.B) {
-	snap := testSnapshot(b)
-	var c classifier
-	body := encodeBody(b, 4, &message.Query{Query: "SELECT v FROM ks.comp WHERE a = 42 AND b = 'user:12345'", Options: &message.QueryOptions{}})
-	b.ReportAllocs()
-	for b.Loop() {
-		q, _ := frame.ParseQuery(body, 4)
-		c.query(&q, snap)
-	}
+	benchmarkClassify(b, Env{Schema: testSnapshot(b)}, queryMsg("SELECT v FROM ks.comp WHERE a = 42 AND b = 'user:12345'"))
 }
 
 func BenchmarkClassifyInlineInsert(b *testing.B) {
-	snap := testSnapshot(b)
-	var c classifier
-	body := encodeBody(b, 4, &message.Query{Query: "INSERT INTO ks.comp (a, b, v) VALUES (42, 'user:12345', 'some value') USING TTL 3600", Options: &message.QueryOptions{}})
-	b.ReportAllocs()
-	for b.Loop() {
-		q, _ := frame.ParseQuery(body, 4)
-		c.query(&q, snap)
-	}
+	benchmarkClassify(b, Env{Schema: testSnapshot(b)}, queryMsg("INSERT INTO ks.comp (a, b, v) VALUES (42, 'user:12345', 'some value') USING TTL 3600"))
 }
 
 // inList is a SELECT of table with an IN list of keys n distinct ints.
@@ -292,13 +290,6 @@ func inList(table string, n int) string {
 func TestClassifyPartitionBound(t *testing.T) {
 	snap := testSnapshot(t)
 	kv := snap.Table([]byte("ks"), []byte("kv"))
-	query := func(c *classifier, text string) *Classification {
-		q, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: text, Options: &message.QueryOptions{}}), 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.query(&q, snap)
-	}
 	batch := func(n, each int) string {
 		var b strings.Builder
 		b.WriteString("BEGIN BATCH ")
@@ -325,8 +316,8 @@ func TestClassifyPartitionBound(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := classifier{maxPartitions: tc.bound}
-			got := query(&c, tc.text)
+			var c Classifier
+			got := classifyMsg(t, &c, Env{Schema: snap, MaxPartitions: tc.bound}, 4, queryMsg(tc.text))
 			if tc.pinned < 0 {
 				if got.Pinned || got.Overflow != tc.wantOverflowT {
 					t.Fatalf("pinned %v, overflow %v; want an overflow of %v", got.Pinned, got.Overflow, tc.wantOverflowT)
@@ -350,13 +341,12 @@ func TestClassifyPartitionBound(t *testing.T) {
 // BenchmarkClassifyInList1024 is the cost of a request at the default
 // bound: each partition's key serialized, hashed and deduplicated once.
 func BenchmarkClassifyInList1024(b *testing.B) {
-	snap := testSnapshot(b)
-	var c classifier
-	body := encodeBody(b, 4, &message.Query{Query: inList("ks.kv", 1024), Options: &message.QueryOptions{}})
+	env := Env{Schema: testSnapshot(b)}
+	var c Classifier
+	h, body := frame.Header{Version: 4, Opcode: frame.OpQuery}, encodeBody(b, 4, queryMsg(inList("ks.kv", 1024)))
 	b.ReportAllocs()
 	for b.Loop() {
-		q, _ := frame.ParseQuery(body, 4)
-		if got := c.query(&q, snap); len(got.Partitions) != 1024 {
+		if got, _ := c.Classify(h, body, &env); len(got.Partitions) != 1024 {
 			b.Fatalf("%d partitions", len(got.Partitions))
 		}
 	}
@@ -365,8 +355,8 @@ func BenchmarkClassifyInList1024(b *testing.B) {
 // A type hint does not take a key out of its limits: the hinted term is
 // serialized as the column's type, the value the server gives the column.
 func TestClassifyTypeHints(t *testing.T) {
-	snap := testSnapshot(t)
-	var c classifier
+	env := Env{Schema: testSnapshot(t)}
+	var c Classifier
 	for _, tc := range []struct {
 		text  string
 		token int64
@@ -377,11 +367,7 @@ func TestClassifyTypeHints(t *testing.T) {
 		{`SELECT v FROM "Ks"."Tab" WHERE "Key" = (bigint) -1`, tokenOf([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})},
 		{"SELECT v FROM ks.counts WHERE k = (text) 'a'", tokenOf([]byte("a"))},
 	} {
-		q, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: tc.text, Options: &message.QueryOptions{}}), 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := c.query(&q, snap); !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tc.token {
+		if got := classifyMsg(t, &c, env, 4, queryMsg(tc.text)); !got.Pinned || len(got.Partitions) != 1 || got.Partitions[0].Token != tc.token {
 			t.Errorf("%s: %+v, want pinned to token %d", tc.text, *got, tc.token)
 		}
 	}
@@ -391,15 +377,11 @@ func TestClassifyTypeHints(t *testing.T) {
 // literal, a bound value or a prepared statement's bound value; a document
 // the classifier cannot read with certainty pins nothing.
 func TestClassifyInsertJSON(t *testing.T) {
-	snap := testSnapshot(t)
-	reg := newPreparedRegistry(100)
-	var c classifier
+	reg := NewRegistry(100, 0)
+	env := Env{Schema: testSnapshot(t), Prepared: reg}
+	var c Classifier
 	query := func(text string, values ...*primitive.Value) *Classification {
-		q, err := frame.ParseQuery(encodeBody(t, 4, &message.Query{Query: text, Options: &message.QueryOptions{PositionalValues: values}}), 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.query(&q, snap)
+		return classifyMsg(t, &c, env, 4, queryMsg(text, values...))
 	}
 	comp := tokenOf(intBytes(3), []byte("x"))
 	for _, tc := range []struct {
@@ -414,22 +396,14 @@ func TestClassifyInsertJSON(t *testing.T) {
 			return query(`INSERT INTO ks.kv JSON ?`, primitive.NewValue([]byte(`{"k": 7}`)))
 		}, tokenOf(intBytes(7))},
 		{"prepared", func() *Classification {
-			p := c.prepare([]byte(`INSERT INTO ks.kv JSON ? DEFAULT UNSET`), nil, snap)
-			reg.put([]byte("id"), p)
-			e, err := frame.ParseExecute(encodeBody(t, 4, &message.Execute{QueryId: []byte("id"), Options: &message.QueryOptions{
-				PositionalValues: []*primitive.Value{primitive.NewValue([]byte(`{"k": 7}`))}}}), 4)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c.execute(&e, reg.get([]byte("id")), snap)
+			p := classifyMsg(t, &c, env, 4, &message.Prepare{Query: `INSERT INTO ks.kv JSON ? DEFAULT UNSET`})
+			reg.put([]byte("id"), p.Prepared)
+			return classifyMsg(t, &c, env, 4, executeMsg([]byte("id"), primitive.NewValue([]byte(`{"k": 7}`))))
 		}, tokenOf(intBytes(7))},
 		{"prepared literal", func() *Classification {
-			p := c.prepare([]byte(`INSERT INTO ks.kv JSON '{"k": 7}'`), nil, snap)
-			e, err := frame.ParseExecute(encodeBody(t, 4, &message.Execute{QueryId: []byte("id2"), Options: &message.QueryOptions{}}), 4)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c.execute(&e, p, snap)
+			p := classifyMsg(t, &c, env, 4, &message.Prepare{Query: `INSERT INTO ks.kv JSON '{"k": 7}'`})
+			reg.put([]byte("id2"), p.Prepared)
+			return classifyMsg(t, &c, env, 4, executeMsg([]byte("id2")))
 		}, tokenOf(intBytes(7))},
 		{"key missing", func() *Classification { return query(`INSERT INTO ks.kv JSON '{"v": 1}'`) }, 0},
 		{"key a float", func() *Classification { return query(`INSERT INTO ks.kv JSON '{"k": 7.5}'`) }, 0},

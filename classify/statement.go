@@ -1,173 +1,16 @@
-package proxy
+package classify
 
-// Classification: which tables, operation and partitions a request
-// touches. It runs on the request path for every QUERY, EXECUTE and BATCH,
-// so it reuses the connection's buffers and allocates nothing in steady
-// state. What cannot be pinned to partitions (a scan, a token range, a
-// partition key computed by a function, a table the schema does not know
-// yet) is reported as not pinned, never guessed.
+// Classification of a statement: its table, operation and partitions, from
+// what package cql recognised of its text and the values bound to it. A
+// partition key is serialized from literals as Cassandra would (package
+// schema) or taken from bound values as they are, then hashed to its
+// token.
 
 import (
 	"github.com/cqlguard/cqlguard/cql"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
 )
-
-// Op is the operation type a request counts as.
-type Op uint8
-
-// Operation types.
-const (
-	OpNone  Op = iota // neither a read nor a write: DDL, USE, unknown
-	OpRead            // SELECT
-	OpWrite           // INSERT, UPDATE, DELETE, BATCH
-)
-
-// String returns "read", "write" or "none".
-func (o Op) String() string {
-	switch o {
-	case OpRead:
-		return "read"
-	case OpWrite:
-		return "write"
-	}
-	return "none"
-}
-
-// defaultMaxPartitions is the bound on the partitions a request is pinned
-// to when the classifier is given none (limits.max_partitions_per_request).
-const defaultMaxPartitions = 1024
-
-// dedupLinear is how many partitions a request may have before the
-// classifier indexes them by token rather than compare each new one with
-// all before it: a request's cost stays the same per partition.
-const dedupLinear = 16
-
-// Partition is one partition a request touches.
-type Partition struct {
-	Table *schema.Table
-	Token int64
-	// Key is the serialized partition key, for display (/hot); it is the
-	// classifier's, valid until its next call.
-	Key []byte
-}
-
-// Classification is what the proxy learned of a request. Its slices are
-// the classifier's, valid until its next call.
-type Classification struct {
-	// Keyspace and Table name the request's (first) statement's table.
-	Keyspace, Table []byte
-	Op              Op
-	// Internal is set for the system keyspaces, which are never limited.
-	Internal bool
-	// Pinned is set when Partitions lists every partition the request
-	// touches.
-	Pinned bool
-	// LWT is set for lightweight transactions (IF clauses).
-	LWT bool
-	// Counter is set for counter tables.
-	Counter bool
-	// Batch is set for a BATCH; Logged for a logged one.
-	Batch, Logged bool
-	// Partitions are the distinct partitions, when Pinned.
-	Partitions []Partition
-	// Overflow, when not nil, is a table of which the request touches
-	// more partitions than the classifier's bound; Pinned is then false.
-	Overflow *schema.Table
-	// observed is set once the hot partitions sketch counted the
-	// request's partition (serveHot), so that decide does not again.
-	observed bool
-}
-
-// pkSource says where a prepared statement's partition key component
-// comes from: a bound variable, or a literal serialized at prepare time,
-// kept in the statement's literals. It is small because an IN list of
-// literals has one per element: a statement is kept at a few times its
-// text's size, not tens of times.
-type pkSource struct {
-	index      int32 // bound variable index, or -1
-	start, end uint32
-}
-
-// classifier classifies one connection's requests.
-type classifier struct {
-	// keyspace is the connection's keyspace, as the upstream's answer to
-	// USE named it; the request path sets it before each classification.
-	keyspace []byte
-	// use is set when the request classified last is a USE.
-	use bool
-	// body is the QUERY or PREPARE body classified last, decompressed, and
-	// withoutTimeout the length of its statement without a trailing USING
-	// TIMEOUT clause, 0 when it has none: what dropUsingTimeout needs.
-	body           []byte
-	withoutTimeout int
-	// consistency is the QUERY's or EXECUTE's consistency level, and
-	// timestampAt the offset in body of its default timestamp, 0 for none.
-	consistency uint16
-	timestampAt int
-	rec         cql.Recognizer
-	key         schema.KeyBuilder
-	comps       []byte   // serialized key components, back to back
-	spans       [][2]int // component spans in comps, column after column
-	cols        []int    // column i's spans are spans[cols[i]:cols[i+1]]
-	odometer    []int
-	// keys holds the partitions' keys back to back. When it grows, the
-	// keys already handed out keep the old array, which nothing writes to
-	// again, so they stay valid until the next request.
-	keys []byte
-	// seen indexes Partitions by token past dedupLinear of them: each
-	// slot is an index into Partitions plus one, 0 when empty; its length
-	// is a power of two, at least twice the partitions it indexes.
-	seen    []int32
-	indexed bool // seen indexes this request's partitions
-	// maxPartitions bounds the partitions a request is pinned to
-	// (limits.max_partitions_per_request); 0 means defaultMaxPartitions.
-	maxPartitions int
-	// doc and jsonScratch are INSERT JSON's document, when a literal, and
-	// the space its strings are decoded in.
-	doc, jsonScratch []byte
-	c                Classification
-}
-
-func (c *classifier) reset() {
-	c.c = Classification{Partitions: c.c.Partitions[:0]}
-	c.keys = c.keys[:0]
-	c.use = false
-	c.indexed = false
-	c.withoutTimeout = 0
-	c.consistency, c.timestampAt = 0, 0
-}
-
-// release drops what the classifier holds of the last request, which may
-// point into its frame, and the scratch space a large request grew, so that
-// an idle connection does not keep a large request alive.
-func (c *classifier) release() {
-	c.rec.Release()
-	c.body, c.withoutTimeout = nil, 0
-	clear(c.c.Partitions[:cap(c.c.Partitions)])
-	c.c = Classification{Partitions: c.c.Partitions[:0]}
-	if cap(c.keys) > largeFrame {
-		c.keys = nil
-	}
-	if cap(c.comps) > largeFrame {
-		c.comps = nil
-	}
-	// What a request of many partitions grew is not kept by an idle
-	// connection.
-	if cap(c.c.Partitions) > 4*dedupLinear {
-		c.c.Partitions = nil
-	}
-	if len(c.seen) > 4*dedupLinear {
-		c.seen = nil
-	}
-	if cap(c.spans) > 4*dedupLinear {
-		c.spans, c.odometer = nil, nil
-	}
-	if cap(c.doc) > largeFrame || cap(c.jsonScratch) > largeFrame {
-		c.doc, c.jsonScratch = nil, nil
-	}
-	c.key = schema.KeyBuilder{}
-}
 
 // isInternal reports whether keyspace is one of Cassandra's or ScyllaDB's
 // own (system, system_schema, system_auth, ...).
@@ -189,7 +32,7 @@ func opOf(k cql.StatementKind) Op {
 
 // keyspaceOf picks the keyspace a statement runs in: its own, the
 // request's (v5), or the connection's.
-func (c *classifier) keyspaceOf(stmt, request []byte) []byte {
+func (c *Classifier) keyspaceOf(stmt, request []byte) []byte {
 	switch {
 	case len(stmt) > 0:
 		return stmt
@@ -200,15 +43,14 @@ func (c *classifier) keyspaceOf(stmt, request []byte) []byte {
 }
 
 // query classifies a QUERY.
-func (c *classifier) query(q *frame.Query, snap *schema.Snapshot) *Classification {
-	c.reset()
+func (c *Classifier) query(q *frame.Query, snap *schema.Snapshot) {
 	st := c.rec.Recognize(q.Text)
 	if st.Kind == cql.StmtUse {
 		// The connection's keyspace changes only once the upstream has
 		// answered Set_keyspace (session.learnKeyspace): a USE it refuses
 		// leaves the keyspace as it was, as Cassandra does.
 		c.use = true
-		return &c.c
+		return
 	}
 	if st.Kind == cql.StmtBatch {
 		c.c.Op, c.c.Batch, c.c.Pinned = OpWrite, true, true
@@ -216,17 +58,16 @@ func (c *classifier) query(q *frame.Query, snap *schema.Snapshot) *Classificatio
 		c.rec.Statements(q.Text, func(st *cql.Statement) {
 			c.statement(st, c.keyspaceOf(st.Keyspace, ks), snap, &q.Values, true)
 		})
-		return &c.c
+		return
 	}
 	c.c.Pinned = true
 	c.withoutTimeout = st.WithoutTimeout
 	c.statement(st, c.keyspaceOf(st.Keyspace, q.Keyspace), snap, &q.Values, false)
-	return &c.c
 }
 
 // statement adds one recognised statement to the classification: its op,
 // table and partitions, or unpins the whole when it pins nothing.
-func (c *classifier) statement(st *cql.Statement, ks []byte, snap *schema.Snapshot, values *frame.Values, inBatch bool) {
+func (c *Classifier) statement(st *cql.Statement, ks []byte, snap *schema.Snapshot, values *frame.Values, inBatch bool) {
 	op := opOf(st.Kind)
 	if c.c.Table == nil {
 		c.c.Keyspace, c.c.Table = ks, st.Table
@@ -261,7 +102,7 @@ func (c *classifier) statement(st *cql.Statement, ks []byte, snap *schema.Snapsh
 // sourcesFromStatement gathers each partition key column's candidate
 // components from the statement's restrictions: literals serialized as
 // Cassandra would, bound markers from values.
-func (c *classifier) sourcesFromStatement(st *cql.Statement, t *schema.Table, values *frame.Values) bool {
+func (c *Classifier) sourcesFromStatement(st *cql.Statement, t *schema.Table, values *frame.Values) bool {
 	c.comps, c.spans, c.cols = c.comps[:0], c.spans[:0], c.cols[:0]
 	if st.JSON {
 		var doc []byte
@@ -326,7 +167,7 @@ var textType = schema.Type{Kind: schema.Text}
 
 // sourcesFromJSON gathers each partition key column's value from an
 // INSERT JSON document, one component each.
-func (c *classifier) sourcesFromJSON(doc []byte, t *schema.Table) bool {
+func (c *Classifier) sourcesFromJSON(doc []byte, t *schema.Table) bool {
 	for _, col := range t.PartitionKey {
 		start := len(c.comps)
 		var err error
@@ -377,8 +218,8 @@ func mulBounded(a, b int) int {
 	return a * b
 }
 
-// bound is the most partitions the classifier pins a request to.
-func (c *classifier) bound() int {
+// maxPinned is the most partitions the classifier pins a request to.
+func (c *Classifier) maxPinned() int {
 	if c.maxPartitions == 0 {
 		return defaultMaxPartitions
 	}
@@ -389,8 +230,8 @@ func (c *classifier) bound() int {
 // they are deduplicated, may be within the classifier's bound, and marks
 // the request as overflowing t if not: a statement past it is not worth
 // serializing. Distinct partitions are counted as they are added.
-func (c *classifier) fits(t *schema.Table, n int) bool {
-	if n <= c.bound() {
+func (c *Classifier) fits(t *schema.Table, n int) bool {
+	if n <= c.maxPinned() {
 		return true
 	}
 	c.c.Overflow = t
@@ -399,7 +240,7 @@ func (c *classifier) fits(t *schema.Table, n int) bool {
 
 // addPartitions adds the partitions the gathered candidates select: every
 // combination of one candidate per column (IN lists multiply).
-func (c *classifier) addPartitions(t *schema.Table) bool {
+func (c *Classifier) addPartitions(t *schema.Table) bool {
 	ncols := len(c.cols) - 1
 	n := 1
 	for i := range ncols {
@@ -444,7 +285,7 @@ func (c *classifier) addPartitions(t *schema.Table) bool {
 // looks p up by token instead of comparing it with each. It reports false,
 // marking the request as overflowing p's table, when p would be one
 // partition more than the classifier's bound.
-func (c *classifier) addPartition(p Partition) bool {
+func (c *Classifier) addPartition(p Partition) bool {
 	slot := -1
 	if n := len(c.c.Partitions); n < dedupLinear {
 		for _, q := range c.c.Partitions {
@@ -468,7 +309,7 @@ func (c *classifier) addPartition(p Partition) bool {
 			}
 		}
 	}
-	if len(c.c.Partitions) == c.bound() {
+	if len(c.c.Partitions) == c.maxPinned() {
 		c.c.Overflow = p.Table
 		return false
 	}
@@ -484,7 +325,7 @@ func (c *classifier) addPartition(p Partition) bool {
 
 // index rebuilds seen over the request's partitions, with room for at
 // least n. Tokens are Murmur3 hashes, so their low bits spread well.
-func (c *classifier) index(n int) {
+func (c *Classifier) index(n int) {
 	size := 4 * dedupLinear
 	for size < 2*n {
 		size *= 2
