@@ -85,13 +85,28 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 // request req of header h, made ready for it, or nil when there is none.
 func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 	s.replicas = s.p.ring.Replicas(s.replicas[:0], r.keyspace, r.token)
-	addr := s.choose(s.replicas)
-	switch addr {
-	case "":
-		return nil
-	case s.up.at:
-		return s.up
+	// The best replica first; one that cannot be reached or made ready
+	// leaves the next best to try.
+	for range len(s.replicas) {
+		addr := s.choose(s.replicas)
+		switch addr {
+		case "":
+			return nil
+		case s.up.at:
+			return s.up
+		}
+		if u := s.leg(addr); u != nil && s.ready(u, h, req) {
+			return u
+		}
+		i := slices.Index(s.replicas, addr)
+		s.replicas = slices.Delete(s.replicas, i, i+1)
 	}
+	return nil
+}
+
+// leg returns the session's connection to the node at addr, opened if it
+// has none, or nil when it cannot be opened.
+func (s *session) leg(addr string) *upstream {
 	s.mu.Lock()
 	i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.at == addr })
 	var u *upstream
@@ -99,25 +114,27 @@ func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 		u = s.legs[i]
 	}
 	s.mu.Unlock()
-	if u == nil {
-		var err error
-		if u, err = s.openLeg(addr); err != nil {
-			s.p.metrics.legsFailed.Inc()
-			var dial *dialError
-			if errors.As(err, &dial) {
-				s.p.nodes.failed(addr, s.now())
-				if s.p.ringStale != nil {
-					s.p.ringStale() // the node may have left the ring
-				}
-			}
-			s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request runs on the connection's first node")
-			return nil
-		}
-		s.p.metrics.legsOpened.Inc()
+	if u != nil {
+		return u
 	}
-	if !s.ready(u, h, req) {
+	if !s.p.nodes.claim(addr, s.now(), int64(s.p.cfg.DialTimeout)) {
+		return nil // another session is finding out whether it is back
+	}
+	u, err := s.openLeg(addr)
+	if err != nil {
+		s.p.metrics.legsFailed.Inc()
+		var dial *dialError
+		if errors.As(err, &dial) {
+			s.p.nodes.failed(addr, s.now())
+			if s.p.ringStale != nil {
+				s.p.ringStale() // the node may have left the ring
+			}
+		}
+		s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request runs on another")
 		return nil
 	}
+	s.p.nodes.up(addr)
+	s.p.metrics.legsOpened.Inc()
 	return u
 }
 
@@ -353,6 +370,12 @@ func (s *session) serveLeg(u *upstream) {
 		s.close()
 	case !s.clientGone.Load():
 		s.logEnd("upstream", err)
+		if !errors.Is(err, net.ErrClosed) || u.stalled.Load() {
+			// The node closed a connection the proxy did not ask it to:
+			// other sessions avoid it for a while, rather than each find
+			// out for itself.
+			s.p.nodes.failed(u.at, s.now())
+		}
 		s.failInFlight(err, u, u)
 	}
 	u.conn.Close()
@@ -390,10 +413,38 @@ func (n *nodes) down(node string, now int64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	until, ok := n.until[node]
-	if ok && now >= until {
-		delete(n.until, node)
-		n.any.Store(len(n.until) > 0)
+	return ok && now < until
+}
+
+// claim reports whether a session may dial node at now: yes for a node
+// not avoided, and for a node avoided until before now, for one session,
+// which has for dials to find out whether it is back; the others avoid it
+// meanwhile, so that a node that does not answer holds up one session's
+// requests, not every session's.
+func (n *nodes) claim(node string, now, dial int64) bool {
+	if !n.any.Load() {
+		return true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	until, ok := n.until[node]
+	switch {
+	case !ok:
+		return true
+	case now < until:
 		return false
 	}
-	return ok
+	n.until[node] = now + dial
+	return true
+}
+
+// up notes that node could be reached.
+func (n *nodes) up(node string) {
+	if !n.any.Load() {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.until, node)
+	n.any.Store(len(n.until) > 0)
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,4 +108,82 @@ func TestSlowReplicaAvoided(t *testing.T) {
 	if got := share(); got < 0.25 {
 		t.Errorf("the recovered replica ran %.0f%% of the reads, want over 25%%", 100*got)
 	}
+}
+
+// A replica that dies under load: only the requests in flight on it get an
+// error, the others run on the other replica at once, and the node gets
+// its share back once it is up again.
+func TestReplicaLost(t *testing.T) {
+	t.Parallel()
+	var nodes [3]*fakenode.Node
+	for i := range nodes {
+		n, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = n
+	}
+	lostAddr := nodes[1].Addr()
+	t.Cleanup(func() {
+		nodes[0].Close()
+		nodes[2].Close()
+	})
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
+	cfg.DialTimeout = config.Duration(time.Second)
+	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}),
+		WithRing(bothRing{first: lostAddr, second: nodes[2].Addr()}))
+	cluster := gocql.NewCluster(addr)
+	cluster.NumConns = 4
+	s, err := cluster.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const workers = 8
+	// run reads from every worker until stop is closed, and returns how
+	// many failed.
+	var failed, done atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			for k := int64(0); ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := s.Query("SELECT v FROM bench.kv WHERE k = ?", int64(g)<<32|k).Exec(); err != nil {
+					failed.Add(1)
+				}
+				done.Add(1)
+			}
+		})
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 10s for %s", what)
+			}
+		}
+	}
+	waitFor("reads on both replicas", func() bool { return nodes[1].Requests() > 100 && nodes[2].Requests() > 100 })
+	nodes[1].Close()
+	before := done.Load()
+	waitFor("reads after the loss", func() bool { return done.Load() > before+500 })
+	if f := failed.Load(); f > workers {
+		t.Errorf("%d reads failed when a replica died with at most %d in flight", f, workers)
+	}
+	back, err := fakenode.Start(lostAddr, fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(back.Close)
+	waitFor("reads on the replica back", func() bool { return back.Requests() > 100 })
+	close(stop)
+	wg.Wait()
+	t.Logf("%d reads, %d failed", done.Load(), failed.Load())
 }
