@@ -1,0 +1,309 @@
+package integration
+
+// Experiments on the three-node cluster, behind CQLGUARD_ROUTING_EXPERIMENT=1
+// (each takes minutes): what routing costs the cluster, and the tail it
+// gives with one replica slowed, against gocql's own token-aware routing.
+//
+//	flock /tmp/cqlguard-integration.lock env CQLGUARD_INTEGRATION=1 CQLGUARD_ROUTING_EXPERIMENT=1 \
+//	  go test -count=1 -timeout 60m -run 'TestRoutingCost|TestRoutedTail' -v ./test/integration/
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+// skipUnlessExperiment skips a routing experiment unless asked for.
+func skipUnlessExperiment(t *testing.T) {
+	t.Helper()
+	skipUnlessEnabled(t)
+	if os.Getenv("CQLGUARD_ROUTING_EXPERIMENT") != "1" {
+		t.Skip("set CQLGUARD_ROUTING_EXPERIMENT=1 to run the routing experiments")
+	}
+}
+
+// nodePid returns the process id of the cluster's node at host, from the
+// pid file test/cassandra/cluster.sh keeps.
+func nodePid(t *testing.T, host string) int {
+	t.Helper()
+	cache := os.Getenv("CQLGUARD_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "cqlguard")
+	}
+	b, err := os.ReadFile(filepath.Join(cache, "cluster", host, "cassandra.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// cpuTime returns the CPU time, user and system, the processes have used.
+func cpuTime(t *testing.T, pids []int) time.Duration {
+	t.Helper()
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Fields after the command, which is in parentheses: utime and
+		// stime are the 14th and 15th of the whole line.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// runLoad runs reads (and writes, with write set) of random keys below keys
+// of table through s from workers goroutines for d, and returns each
+// request's latency.
+func runLoad(t *testing.T, s *gocql.Session, table string, keys, workers int, write bool, d time.Duration) []time.Duration {
+	t.Helper()
+	var mu sync.Mutex
+	var all []time.Duration
+	var failed int
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			var lat []time.Duration
+			bad := 0
+			for i := 0; time.Now().Before(stop); i++ {
+				k := rand.IntN(keys)
+				start := time.Now()
+				var err error
+				if write && i%2 == 0 {
+					err = s.Query("INSERT INTO "+table+" (k, v) VALUES (?, ?)", k, i).Exec()
+				} else {
+					var v int
+					err = s.Query("SELECT v FROM "+table+" WHERE k = ?", k).Scan(&v)
+					if err == gocql.ErrNotFound {
+						err = nil
+					}
+				}
+				if err != nil {
+					bad++
+					continue
+				}
+				lat = append(lat, time.Since(start))
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			failed += bad
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if failed > 0 {
+		t.Logf("%d requests failed", failed)
+	}
+	slices.Sort(all)
+	return all
+}
+
+// quantile returns the q quantile of sorted.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// experimentKeyspace creates ks at replication factor rf with table kv
+// (k int PRIMARY KEY, v int), holding keys 0 to keys−1.
+func experimentKeyspace(t *testing.T, hosts []string, ks string, rf, keys int) {
+	t.Helper()
+	c := gocql.NewCluster(hosts...)
+	c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
+	c.Timeout = 30 * time.Second
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, q := range []string{
+		"DROP KEYSPACE IF EXISTS " + ks,
+		fmt.Sprintf("CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}", ks, rf),
+		"CREATE TABLE " + ks + ".kv (k int PRIMARY KEY, v int)",
+	} {
+		if err := s.Query(q).Exec(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := readWrite(s, ks+".kv", keys); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// routingPath is one way a client reaches the cluster.
+type routingPath struct {
+	name    string
+	session func(t *testing.T) (*gocql.Session, func())
+}
+
+// routingPaths returns gocql straight to the cluster with its token-aware
+// policy (replicas shuffled when shuffle is set), and gocql through
+// cqlguard with its connections pinned and routed.
+func routingPaths(hosts []string, ks string, shuffle bool) []routingPath {
+	direct := func(t *testing.T) (*gocql.Session, func()) {
+		c := gocql.NewCluster(hosts...)
+		c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
+		c.Timeout = 30 * time.Second
+		var opts []func(*gocql.TokenAwareHostPolicyOptions)
+		if shuffle {
+			opts = append(opts, gocql.ShuffleReplicas())
+		}
+		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy(), opts...)
+		s, err := c.CreateSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, s.Close
+	}
+	through := func(routed bool) func(t *testing.T) (*gocql.Session, func()) {
+		return func(t *testing.T) (*gocql.Session, func()) {
+			fp := serveFile(t, fmt.Sprintf(`mode: cluster
+upstreams: [%s:9042]
+routing:
+  replicas: %t
+schema:
+  username: %s
+  password_env: CQLGUARD_TEST_PASSWORD
+`, hosts[0], routed, user), ks)
+			s := sessionThrough(t, "127.0.0.1:"+fp.port, func(c *gocql.ClusterConfig) {
+				c.NumConns = 2
+				c.Timeout = 30 * time.Second
+			})
+			if routed {
+				waitRouted(t, s, fp, ks+".kv")
+			}
+			return s, s.Close
+		}
+	}
+	return []routingPath{
+		{"gocql token-aware", direct},
+		{"cqlguard pinned", through(false)},
+		{"cqlguard routed", through(true)},
+	}
+}
+
+// TestRoutingCost measures, at replication factor 1, the whole cluster's
+// CPU per request and the client's latency: gocql routing itself, and
+// through cqlguard pinned and routed. Rounds alternate the paths.
+func TestRoutingCost(t *testing.T) {
+	skipUnlessExperiment(t)
+	hosts := useCluster(t)
+	const ks, keys, rounds = "cqlguard_routing_cost", 10000, 3
+	experimentKeyspace(t, hosts, ks, 1, keys)
+	pids := make([]int, len(hosts))
+	for i, h := range hosts {
+		pids[i] = nodePid(t, h)
+	}
+	paths := routingPaths(hosts, ks, false)
+	type result struct{ cpu, p50, p99 []float64 }
+	results := make([]result, len(paths))
+	for round := range rounds {
+		for i, p := range paths {
+			t.Run(fmt.Sprintf("%s/%d", p.name, round), func(t *testing.T) {
+				s, done := p.session(t)
+				defer done()
+				runLoad(t, s, ks+".kv", keys, 8, true, 3*time.Second) // warm-up
+				cpu0 := cpuTime(t, pids)
+				lat := runLoad(t, s, ks+".kv", keys, 8, true, 15*time.Second)
+				cpu := cpuTime(t, pids) - cpu0
+				perK := float64(cpu.Microseconds()) / float64(len(lat)) // µs per request
+				r := &results[i]
+				r.cpu = append(r.cpu, perK)
+				r.p50 = append(r.p50, float64(quantile(lat, 0.5).Microseconds())/1000)
+				r.p99 = append(r.p99, float64(quantile(lat, 0.99).Microseconds())/1000)
+				t.Logf("%s: %d requests, cluster CPU %.0f µs per request, p50 %.2f ms, p99 %.2f ms",
+					p.name, len(lat), perK, r.p50[len(r.p50)-1], r.p99[len(r.p99)-1])
+			})
+		}
+	}
+	median := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	for i, p := range paths {
+		r := results[i]
+		t.Logf("| %s | %.0f | %.2f | %.2f |", p.name, median(r.cpu), median(r.p50), median(r.p99))
+	}
+}
+
+// TestRoutedTail measures reads at replication factor 3 with one node
+// slowed by stop and continue bursts (SIGSTOP for 50 ms every 250 ms):
+// the client's 99th and 99.9th percentiles through cqlguard routed, and
+// straight to the cluster with gocql's token-aware policy, replicas
+// shuffled. Rounds alternate the paths.
+func TestRoutedTail(t *testing.T) {
+	skipUnlessExperiment(t)
+	hosts := useCluster(t)
+	const ks, keys, rounds = "cqlguard_routing_tail", 10000, 3
+	experimentKeyspace(t, hosts, ks, 3, keys)
+	slow := nodePid(t, hosts[2])
+	all := routingPaths(hosts, ks, true)
+	paths := []routingPath{all[0], all[2]}
+	type result struct{ p99, p999 []float64 }
+	results := make([]result, len(paths))
+	for round := range rounds {
+		for i, p := range paths {
+			t.Run(fmt.Sprintf("%s/%d", p.name, round), func(t *testing.T) {
+				s, done := p.session(t)
+				defer done()
+				runLoad(t, s, ks+".kv", keys, 8, false, 3*time.Second) // warm-up
+				ctx, stop := context.WithCancel(context.Background())
+				var bursts sync.WaitGroup
+				bursts.Go(func() { stopBursts(ctx, slow, 50*time.Millisecond, 250*time.Millisecond) })
+				lat := runLoad(t, s, ks+".kv", keys, 8, false, 20*time.Second)
+				stop()
+				bursts.Wait()
+				r := &results[i]
+				r.p99 = append(r.p99, float64(quantile(lat, 0.99).Microseconds())/1000)
+				r.p999 = append(r.p999, float64(quantile(lat, 0.999).Microseconds())/1000)
+				t.Logf("%s: %d reads, p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", p.name, len(lat),
+					float64(quantile(lat, 0.5).Microseconds())/1000, r.p99[len(r.p99)-1], r.p999[len(r.p999)-1])
+			})
+		}
+	}
+	median := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	for i, p := range paths {
+		t.Logf("| %s | %.2f | %.2f |", p.name, median(results[i].p99), median(results[i].p999))
+	}
+}
+
+// stopBursts stops the process pid for on out of every every, until ctx
+// ends, and leaves it running.
+func stopBursts(ctx context.Context, pid int, on, every time.Duration) {
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		syscall.Kill(pid, syscall.SIGSTOP)
+		select {
+		case <-ctx.Done():
+		case <-time.After(on):
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
