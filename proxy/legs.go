@@ -301,8 +301,15 @@ func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict 
 	if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
 		return refused
 	}
-	s.asked = id
 	s.mu.Lock()
+	if u.dead.Load() {
+		// Lost while the request path waited for the slot: nobody would
+		// answer.
+		s.mu.Unlock()
+		s.p.inflight.Give(1)
+		return refused
+	}
+	s.asked = id
 	req := request{start: s.now(), version: h.Version, reply: replyAsked}
 	s.sentOn(&req, u)
 	s.streams.begin(h.Stream, req)
@@ -326,8 +333,11 @@ func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict 
 func (s *session) serveLeg(u *upstream) {
 	defer s.running.Done()
 	err := s.serveResponses(u)
-	u.dead.Store(true)
 	s.mu.Lock()
+	// Under mu, as the request path begins a request on u under mu: a
+	// request that found u alive is in the stream table before
+	// failInFlight looks.
+	u.dead.Store(true)
 	s.legs = slices.DeleteFunc(s.legs, func(l *upstream) bool { return l == u })
 	s.mu.Unlock()
 	switch {

@@ -202,6 +202,12 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 	// finds it.
 	max := s.p.cfg.MaxInFlightPerConnection
 	s.mu.Lock()
+	if u.dead.Load() {
+		// The connection chosen was lost since (while the request waited
+		// for its slot, say), and what was in flight on it answered: the
+		// request goes where the driver sent it.
+		u = s.up
+	}
 	s.sentOn(&req, u)
 	// A hot read led while the client's writer waits for room would be
 	// answered to nobody until it has room (clientStall).

@@ -31,7 +31,8 @@ type upstream struct {
 	// prepared are the ids of the statements the session prepared on the
 	// connection (legs.go). Guarded by the session's mu.
 	prepared map[string]struct{}
-	// dead is set once the connection's response path has ended.
+	// dead is set, under the session's mu, once the connection's response
+	// path has ended.
 	dead atomic.Bool
 
 	// inflight counts the requests sent on the connection and not yet

@@ -1,0 +1,407 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cqlguard/cqlguard/config"
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
+)
+
+// Regression tests for what an attacker found in routing (legs.go): the
+// session's connections to other nodes, opened, logged in, brought to the
+// session's keyspace and statements, lost and drained.
+
+// legNode is an upstream node for routing's tests, speaking protocol v4
+// without compression. It answers OPTIONS with SUPPORTED, STARTUP with
+// READY (AUTHENTICATE when it has a password), AUTH_RESPONSE by the
+// password, USE with Set_keyspace, PREPARE with a RESULT Prepared whose id
+// is, as Cassandra's, the MD5 of the connection's keyspace and the text,
+// and every other request with a void RESULT. It records the QUERYs and
+// EXECUTEs it runs with the keyspace of their connection, and can hold
+// requests until released and drop its connections, as a slow or dying
+// node would.
+type legNode struct {
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu    sync.Mutex
+	conns map[*legConn]struct{}
+	// startups counts the STARTUPs received; ran is each QUERY and
+	// EXECUTE run, as "keyspace|text" ("keyspace|EXECUTE" for an EXECUTE).
+	startups int
+	ran      []string
+	// password, when set, is the one the node asks for (user "app").
+	// hold holds the QUERYs and PREPAREs whose text contains it, and
+	// holdOptions and holdStartup every OPTIONS and STARTUP, until
+	// release. preparePad pads the answers to PREPARE with that many
+	// bytes.
+	password                 string
+	hold                     string
+	holdOptions, holdStartup bool
+	preparePad               int
+	held                     []func()
+	heldCh                   chan struct{}
+	got                      int // requests held so far
+}
+
+type legConn struct {
+	c        net.Conn
+	mu       sync.Mutex // serializes writes
+	keyspace string     // the connection's; its serve goroutine's
+}
+
+func startLegNode(t *testing.T) *legNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &legNode{ln: ln, conns: map[*legConn]struct{}{}, heldCh: make(chan struct{}, 1)}
+	n.wg.Add(1)
+	go n.accept()
+	t.Cleanup(n.close)
+	return n
+}
+
+func (n *legNode) addr() string { return n.ln.Addr().String() }
+
+func (n *legNode) accept() {
+	defer n.wg.Done()
+	for {
+		c, err := n.ln.Accept()
+		if err != nil {
+			return
+		}
+		lc := &legConn{c: c}
+		n.mu.Lock()
+		n.conns[lc] = struct{}{}
+		n.mu.Unlock()
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.serve(lc)
+			c.Close()
+			n.mu.Lock()
+			delete(n.conns, lc)
+			n.mu.Unlock()
+		}()
+	}
+}
+
+func (n *legNode) serve(c *legConn) {
+	r := frame.NewReader(bufio.NewReader(c.c), 64<<20)
+	for {
+		f, h, err := r.Next()
+		if err != nil {
+			return
+		}
+		body := f[frame.HeaderSize:]
+		n.mu.Lock()
+		hold := h.Opcode == frame.OpStartup && n.holdStartup || h.Opcode == frame.OpOptions && n.holdOptions
+		if q, err := frame.QueryString(body); err == nil && n.hold != "" && (h.Opcode == frame.OpQuery || h.Opcode == frame.OpPrepare) {
+			hold = bytes.Contains(q, []byte(n.hold))
+		}
+		n.mu.Unlock()
+		answer := n.answer(c, body, h)
+		if !hold {
+			answer()
+			continue
+		}
+		n.mu.Lock()
+		n.held = append(n.held, answer)
+		n.got++
+		n.mu.Unlock()
+		select {
+		case n.heldCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// answer returns what answers the request body (h) on c.
+func (n *legNode) answer(c *legConn, body []byte, h frame.Header) func() {
+	n.mu.Lock()
+	password, pad := n.password, n.preparePad
+	n.mu.Unlock()
+	reply := func(op frame.Opcode, b []byte) func() {
+		out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: op, Length: len(b)})
+		out = append(out, b...)
+		return func() {
+			c.mu.Lock()
+			c.c.Write(out)
+			c.mu.Unlock()
+		}
+	}
+	void := []byte{0, 0, 0, frame.ResultKindVoid}
+	switch h.Opcode {
+	case frame.OpOptions:
+		return reply(frame.OpSupported, []byte{0, 0})
+	case frame.OpStartup:
+		n.mu.Lock()
+		n.startups++
+		n.mu.Unlock()
+		if password == "" {
+			return reply(frame.OpReady, nil)
+		}
+		const auth = "org.apache.cassandra.auth.PasswordAuthenticator"
+		return reply(frame.OpAuthenticate, append(binary.BigEndian.AppendUint16(nil, uint16(len(auth))), auth...))
+	case frame.OpAuthResponse:
+		if string(body) != string(binary.BigEndian.AppendUint32(nil, uint32(len(password)+5)))+"\x00app\x00"+password {
+			return reply(frame.OpError, frame.AppendError(nil, h.Version, h.Stream, 0x0100, "bad credentials")[frame.HeaderSize:])
+		}
+		return reply(frame.OpAuthSuccess, []byte{0xff, 0xff, 0xff, 0xff})
+	case frame.OpQuery:
+		q, _ := frame.QueryString(body)
+		if ks, ok := bytes.CutPrefix(q, []byte("USE ")); ok {
+			c.keyspace = strings.Trim(string(ks), `"`)
+			b := binary.BigEndian.AppendUint32(nil, frame.ResultKindSetKeyspace)
+			b = binary.BigEndian.AppendUint16(b, uint16(len(c.keyspace)))
+			return reply(frame.OpResult, append(b, c.keyspace...))
+		}
+		n.record(c.keyspace + "|" + string(q))
+	case frame.OpExecute:
+		n.record(c.keyspace + "|EXECUTE")
+	case frame.OpPrepare:
+		q, _ := frame.QueryString(body)
+		id := md5.Sum([]byte(c.keyspace + string(q)))
+		b := binary.BigEndian.AppendUint32(nil, frame.ResultKindPrepared)
+		b = append(b, 0, 16)
+		b = append(b, id[:]...)
+		b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // no flags, columns or key
+		b = append(b, 0, 0, 0, 4, 0, 0, 0, 0)             // result: no metadata
+		return reply(frame.OpResult, append(b, make([]byte, pad)...))
+	}
+	return reply(frame.OpResult, void)
+}
+
+func (n *legNode) record(ran string) {
+	n.mu.Lock()
+	n.ran = append(n.ran, ran)
+	n.mu.Unlock()
+}
+
+// set changes the node's behaviour.
+func (n *legNode) set(fn func(n *legNode)) {
+	n.mu.Lock()
+	fn(n)
+	n.mu.Unlock()
+}
+
+// waitHeld waits until the node has held want requests in all.
+func (n *legNode) waitHeld(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		n.mu.Lock()
+		got := n.got
+		n.mu.Unlock()
+		if got >= want {
+			return
+		}
+		select {
+		case <-n.heldCh:
+		case <-deadline:
+			t.Fatalf("the node held %d requests, want %d", got, want)
+		}
+	}
+}
+
+// release answers the requests held, and holds no more.
+func (n *legNode) release() {
+	n.mu.Lock()
+	held := n.held
+	n.held, n.hold, n.holdOptions, n.holdStartup = nil, "", false, false
+	n.mu.Unlock()
+	for _, answer := range held {
+		answer()
+	}
+}
+
+// drop closes the node's connections, as a node that dies does; it goes
+// on accepting new ones.
+func (n *legNode) drop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for c := range n.conns {
+		c.c.Close()
+	}
+}
+
+func (n *legNode) close() {
+	n.ln.Close()
+	n.drop()
+	n.wg.Wait()
+}
+
+// fixedRing puts every partition on one node.
+type fixedRing struct{ node string }
+
+func (r fixedRing) Replicas(dst []string, keyspace string, token int64) []string {
+	return append(dst, r.node)
+}
+
+// legsSnapshot is the schema of two tables, bench.kv and other.kv, each
+// with a bigint partition key k.
+func legsSnapshot(t *testing.T) *schema.Snapshot {
+	t.Helper()
+	ty, err := schema.ParseType("bigint", nil, "bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []*schema.Table
+	for _, ks := range []string{"bench", "other"} {
+		tables = append(tables, &schema.Table{Keyspace: ks, Name: "kv", PartitionKey: []schema.Column{{Name: "k", Type: ty}}})
+	}
+	return schema.NewSnapshot(tables)
+}
+
+// startLegsProxy runs a proxy in front of up that routes by ring, until
+// the test ends or it is shut down with shutdown.
+func startLegsProxy(t *testing.T, up string, ring Ring, edit func(*config.Config)) (p *Proxy, addr string, shutdown func(context.Context) error) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{up}
+	cfg.DialTimeout = config.Duration(2 * time.Second)
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{legsSnapshot(t)}), WithRing(ring))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	go p.Serve(ln)
+	var once sync.Once
+	shutdown = func(ctx context.Context) (err error) {
+		once.Do(func() { err = p.Shutdown(ctx) })
+		return err
+	}
+	t.Cleanup(func() {
+		// Unless the test did.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return p, ln.Addr().String(), shutdown
+}
+
+// onlySession returns the proxy's one session.
+func onlySession(t *testing.T, p *Proxy) *session {
+	t.Helper()
+	var s *session
+	waitUntil(t, "one session", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for o := range p.sessions {
+			s = o
+		}
+		return len(p.sessions) == 1
+	})
+	return s
+}
+
+// legs returns how many connections to other nodes s holds.
+func (s *session) legsNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.legs)
+}
+
+// answered sends f and wants a RESULT on stream.
+func (c *stubClient) answered(f []byte, stream int16) {
+	c.t.Helper()
+	c.write(f)
+	c.wantResult(stream)
+}
+
+// wantResult reads the next answer and wants a RESULT on stream.
+func (c *stubClient) wantResult(stream int16) {
+	c.t.Helper()
+	got, op, msg, err := c.nextOp()
+	if err != nil || got != stream || op != frame.OpResult {
+		c.t.Fatalf("want a RESULT on stream %d, got %s %q on stream %d, %v", stream, op, msg, got, err)
+	}
+}
+
+// nextOp reads the next answer: its stream, its opcode and, for an ERROR,
+// its message.
+func (c *stubClient) nextOp() (int16, frame.Opcode, string, error) {
+	f, h, err := c.r.Next()
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if h.Opcode != frame.OpError {
+		return h.Stream, h.Opcode, "", nil
+	}
+	code, msg := errorOf(c.t, h, f[frame.HeaderSize:])
+	return h.Stream, h.Opcode, fmt.Sprintf("%#x %s", code, msg), nil
+}
+
+// readKV is a read of partition k of table (kv, or ks.kv).
+func readKV(stream int16, table string, k int) []byte {
+	return stubQuery(stream, fmt.Sprintf("SELECT v FROM %s WHERE k = %d", table, k))
+}
+
+// A request routed to another node whose connection is lost while the
+// request waits for a slot of max_in_flight, after it was chosen, is
+// still answered: where the driver sent it.
+func TestLegsLostWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for _, use := range []bool{false, true} {
+		t.Run(fmt.Sprintf("USE asked=%t", use), func(t *testing.T) {
+			t.Parallel()
+			up, leg := startLegNode(t), startLegNode(t)
+			up.set(func(n *legNode) { n.hold = "hold" })
+			p, addr, _ := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, func(c *config.Config) { c.MaxInFlight = 1 })
+			c := dialStub(t, addr)
+			c.c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.answered(readKV(1, "bench.kv", 1), 1)
+			if use {
+				c.answered(stubQuery(2, "USE bench"), 2)
+			}
+			s := onlySession(t, p)
+			c.write(stubQuery(3, "SELECT hold FROM ks.t")) // not routed: the table is unknown
+			up.waitHeld(t, 1)
+			c.write(readKV(4, "bench.kv", 1))
+			waitUntil(t, "a wait for max_in_flight", func() bool { return testutil.ToFloat64(p.metrics.proxyInFlightWaits) > 0 })
+			leg.drop()
+			waitUntil(t, "the leg lost", func() bool { return s.legsNow() == 0 })
+			up.release()
+			answered := map[int16]frame.Opcode{}
+			for range 2 {
+				stream, op, msg, err := c.nextOp()
+				if err != nil {
+					t.Fatalf("answers so far %v; then %v", answered, err)
+				}
+				if op != frame.OpResult {
+					t.Errorf("stream %d: %s %q", stream, op, msg)
+				}
+				answered[stream] = op
+			}
+			if _, ok := answered[4]; !ok {
+				t.Errorf("answered %v, want streams 3 and 4", answered)
+			}
+			waitUntil(t, "max_in_flight given back", func() bool { return p.inflight.Taken() == 0 })
+		})
+	}
+}
