@@ -220,7 +220,9 @@ func (s *session) logIn(u *upstream) error {
 		if h.Opcode != frame.OpResult {
 			return fmt.Errorf("USE answered with %s", h.Opcode)
 		}
-		u.keyspace = *ks
+		// A copy: ready changes it in place, and the session's keyspace
+		// is other connections' too.
+		u.keyspace = slices.Clone(*ks)
 	}
 	return nil
 }

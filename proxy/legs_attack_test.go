@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +242,13 @@ func (n *legNode) drop() {
 	}
 }
 
+// count returns the STARTUPs the node received and what it ran.
+func (n *legNode) count() (startups int, ran []string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.startups, append([]string(nil), n.ran...)
+}
+
 func (n *legNode) close() {
 	n.ln.Close()
 	n.drop()
@@ -357,6 +365,16 @@ func (c *stubClient) nextOp() (int16, frame.Opcode, string, error) {
 	return h.Stream, h.Opcode, fmt.Sprintf("%#x %s", code, msg), nil
 }
 
+// keyOn returns a key k of bench.kv whose token is below zero when low is
+// set, at or above it otherwise.
+func keyOn(low bool) int {
+	for k := 0; ; k++ {
+		if tokenOf(binary.BigEndian.AppendUint64(nil, uint64(k))) < 0 == low {
+			return k
+		}
+	}
+}
+
 // readKV is a read of partition k of table (kv, or ks.kv).
 func readKV(stream int16, table string, k int) []byte {
 	return stubQuery(stream, fmt.Sprintf("SELECT v FROM %s WHERE k = %d", table, k))
@@ -403,5 +421,33 @@ func TestLegsLostWhileWaiting(t *testing.T) {
 			}
 			waitUntil(t, "max_in_flight given back", func() bool { return p.inflight.Taken() == 0 })
 		})
+	}
+}
+
+// Each connection of a session is in the keyspace the session last took
+// on it: a USE on one does not move another's idea of where it is, and a
+// request runs in the keyspace its client had when it sent it.
+func TestLegsKeyspacePerConnection(t *testing.T) {
+	t.Parallel()
+	up, low, high := startLegNode(t), startLegNode(t), startLegNode(t)
+	_, addr, _ := startLegsProxy(t, up.addr(), splitRing{low: low.addr(), high: high.addr()}, nil)
+	kLow, kHigh := keyOn(true), keyOn(false)
+	c := dialStub(t, addr)
+	c.answered(stubQuery(1, "USE bench"), 1)
+	c.answered(readKV(2, "kv", kLow), 2)
+	c.answered(readKV(3, "kv", kHigh), 3)
+	c.answered(stubQuery(4, "USE other"), 4)
+	c.answered(readKV(5, "kv", kLow), 5)
+	c.answered(readKV(6, "kv", kHigh), 6)
+	for _, n := range []struct {
+		name string
+		node *legNode
+		k    int
+	}{{"low", low, kLow}, {"high", high, kHigh}} {
+		q := fmt.Sprintf("SELECT v FROM kv WHERE k = %d", n.k)
+		want := []string{"bench|" + q, "other|" + q}
+		if _, ran := n.node.count(); !slices.Equal(ran, want) {
+			t.Errorf("the %s node ran %q, want %q", n.name, ran, want)
+		}
 	}
 }
