@@ -352,6 +352,12 @@ func (s *session) serveLeg(u *upstream) {
 	case !s.clientGone.Load():
 		s.logEnd("upstream", err)
 		s.failInFlight(err, u, u)
+		defer func() {
+			// The answers failInFlight queued go now: no other path may
+			// write to the client for a while. A failure to is the
+			// client's, which the other paths see.
+			s.toClient.Push()
+		}()
 	}
 	u.conn.Close()
 	u.to.Close()

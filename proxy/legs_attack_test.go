@@ -451,3 +451,53 @@ func TestLegsKeyspacePerConnection(t *testing.T) {
 		}
 	}
 }
+
+// A node lost with requests in flight on the session's connection to it,
+// as it resets the connection or sends nothing for upstream_timeout, costs
+// those requests alone: each is answered with a server error at once, not
+// when something else is next written to the client; the session's other
+// requests are answered by their nodes, and the next request for the lost
+// node opens a connection to it again.
+func TestLegsLostWithRequestsInFlight(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		timeout time.Duration // upstream_timeout
+		lose    func(n *legNode)
+		reason  string
+	}{
+		{"node resets", 0, (*legNode).drop, "upstream_lost"},
+		{"node stalls", 200 * time.Millisecond, func(*legNode) {}, "upstream_stalled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up, low, high := startLegNode(t), startLegNode(t), startLegNode(t)
+			low.set(func(n *legNode) { n.hold = "hold" })
+			p, addr, _ := startLegsProxy(t, up.addr(), splitRing{low: low.addr(), high: high.addr()}, func(c *config.Config) {
+				c.UpstreamTimeout = config.Duration(tt.timeout)
+			})
+			kLow, kHigh := keyOn(true), keyOn(false)
+			c := dialStub(t, addr)
+			c.c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.answered(readKV(1, "bench.kv", kHigh), 1)
+			hold := fmt.Sprintf("SELECT hold FROM bench.kv WHERE k = %d", kLow)
+			c.write(append(stubQuery(2, hold), stubQuery(3, hold)...))
+			low.waitHeld(t, 2)
+			tt.lose(low)
+			for range 2 {
+				stream, op, msg, err := c.nextOp()
+				if err != nil || op != frame.OpError || (stream != 2 && stream != 3) || !strings.Contains(msg, "may or may not have been applied") {
+					t.Fatalf("want a server error on streams 2 and 3, got %s %q on stream %d, %v", op, msg, stream, err)
+				}
+			}
+			if n := testutil.ToFloat64(p.metrics.protocolErrors.WithLabelValues(tt.reason)); n != 2 {
+				t.Errorf("%s counted %v times, want 2", tt.reason, n)
+			}
+			c.answered(readKV(4, "bench.kv", kHigh), 4)
+			c.answered(stubQuery(5, "SELECT v FROM ks.t"), 5)
+			c.answered(readKV(6, "bench.kv", kLow), 6)
+			waitUntil(t, "max_in_flight given back", func() bool { return p.inflight.Taken() == 0 })
+		})
+	}
+}
