@@ -344,8 +344,10 @@ func (s *session) serveLeg(u *upstream) {
 	s.mu.Unlock()
 	switch {
 	case err == nil:
-		// Draining, and nothing is left in flight.
-		s.close()
+		// Draining, and nothing is left in flight: the response path of
+		// up ends the session, once what is queued for the client, this
+		// last answer too, is written.
+		s.up.conn.Close()
 	case errors.Is(err, errClientGone):
 		s.clientGone.Store(true)
 		s.close()

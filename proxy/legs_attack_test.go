@@ -501,3 +501,52 @@ func TestLegsLostWithRequestsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// Shutdown drains a session whose last request runs on another node: the
+// request is answered before the connection closes.
+func TestLegsDrainAnswersLastRequest(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// setup readies the session and returns the request to drain.
+		setup func(c *stubClient) []byte
+		hold  func(n *legNode)
+	}{
+		{
+			name:  "answered on a leg",
+			setup: func(*stubClient) []byte { return stubQuery(9, "SELECT hold FROM bench.kv WHERE k = 1") },
+			hold:  func(n *legNode) { n.hold = "hold" },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up, leg := startLegNode(t), startLegNode(t)
+			p, addr, shutdown := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, nil)
+			c := dialStub(t, addr)
+			req := tt.setup(c)
+			leg.set(tt.hold)
+			c.write(req)
+			leg.waitHeld(t, 1)
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				done <- shutdown(ctx)
+			}()
+			waitUntil(t, "draining", func() bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return p.draining
+			})
+			leg.release()
+			c.wantResult(9)
+			if stream, op, msg, err := c.nextOp(); err == nil {
+				t.Errorf("after the last answer, %s %q on stream %d; want the connection closed", op, msg, stream)
+			}
+			if err := <-done; err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+		})
+	}
+}
