@@ -335,6 +335,37 @@ func (s *session) legsNow() int {
 	return len(s.legs)
 }
 
+// prepareFrame is a v4 PREPARE of text on stream.
+func prepareFrame(stream int16, text string) []byte {
+	body := binary.BigEndian.AppendUint32(nil, uint32(len(text)))
+	body = append(body, text...)
+	f := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: stream, Opcode: frame.OpPrepare, Length: len(body)})
+	return append(f, body...)
+}
+
+// executeFrame is a v4 EXECUTE of the statement id on stream, consistency
+// ONE and no values.
+func executeFrame(stream int16, id []byte) []byte {
+	body := binary.BigEndian.AppendUint16(nil, uint16(len(id)))
+	body = append(body, id...)
+	body = append(body, 0, 1, 0)
+	f := frame.AppendHeader(nil, frame.Header{Version: 4, Stream: stream, Opcode: frame.OpExecute, Length: len(body)})
+	return append(f, body...)
+}
+
+// prepared prepares text through c on stream and returns its id.
+func (c *stubClient) prepared(stream int16, text string) []byte {
+	c.t.Helper()
+	c.write(prepareFrame(stream, text))
+	f, h, err := c.r.Next()
+	if err != nil || h.Opcode != frame.OpResult || h.Stream != stream {
+		c.t.Fatalf("PREPARE %q: %s on stream %d, %v", text, h.Opcode, h.Stream, err)
+	}
+	body := f[frame.HeaderSize+4:]
+	n := binary.BigEndian.Uint16(body)
+	return bytes.Clone(body[2 : 2+n])
+}
+
 // answered sends f and wants a RESULT on stream.
 func (c *stubClient) answered(f []byte, stream int16) {
 	c.t.Helper()
@@ -502,8 +533,9 @@ func TestLegsLostWithRequestsInFlight(t *testing.T) {
 	}
 }
 
-// Shutdown drains a session whose last request runs on another node: the
-// request is answered before the connection closes.
+// Shutdown drains a session whose last request runs on another node, or
+// is being made ready to: the request is answered before the connection
+// closes, whatever answer comes last.
 func TestLegsDrainAnswersLastRequest(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -516,6 +548,28 @@ func TestLegsDrainAnswersLastRequest(t *testing.T) {
 			name:  "answered on a leg",
 			setup: func(*stubClient) []byte { return stubQuery(9, "SELECT hold FROM bench.kv WHERE k = 1") },
 			hold:  func(n *legNode) { n.hold = "hold" },
+		},
+		{
+			name:  "leg logging in",
+			setup: func(*stubClient) []byte { return readKV(9, "bench.kv", 1) },
+			hold:  func(n *legNode) { n.holdStartup = true },
+		},
+		{
+			name: "USE asked on a leg",
+			setup: func(c *stubClient) []byte {
+				c.answered(readKV(1, "bench.kv", 1), 1)
+				c.answered(stubQuery(2, "USE bench"), 2)
+				return readKV(9, "bench.kv", 1)
+			},
+			hold: func(n *legNode) { n.hold = "USE" },
+		},
+		{
+			name: "PREPARE asked on a leg",
+			setup: func(c *stubClient) []byte {
+				c.answered(readKV(1, "bench.kv", 1), 1)
+				return executeFrame(9, c.prepared(2, "SELECT v FROM bench.kv WHERE k = 1"))
+			},
+			hold: func(n *legNode) { n.hold = "WHERE" },
 		},
 	}
 	for _, tt := range tests {

@@ -186,10 +186,12 @@ func (s *session) waitForRoom(max int) error {
 func (s *session) forward(f []byte, h frame.Header, req request, r route, now int64) error {
 	u := s.up
 	if r.ok {
+		s.routing.Store(true)
 		u = s.upstreamFor(r, h, &req)
 	}
 	waitedFrom, err := s.takeSlot(&req, now)
 	if err != nil {
+		s.routing.Store(false)
 		return err
 	}
 	var login []byte
@@ -217,6 +219,7 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 	}
 	// badStream saw the id free, and only this path begins streams.
 	s.streams.begin(h.Stream, req)
+	s.routing.Store(false)
 	if awaited(&req) {
 		s.awaiting.Store(true)
 	}

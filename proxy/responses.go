@@ -129,7 +129,7 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	s.mu.Lock()
 	u.activity++
 	*req, ok = s.endStream(h.Stream)
-	idle = s.draining && s.streams.inflight == 0
+	idle = s.drained()
 	comp := s.compression
 	if s.awaiting.Load() {
 		verdict, awaited = s.verdictOf(req, ok, h)

@@ -46,6 +46,11 @@ type session struct {
 	// written are the legs the request path queued requests on since it
 	// last pushed (push). Request path only.
 	written []*upstream
+	// routing is set while the request path makes a connection ready for
+	// a request it read (upstreamFor: dialling, logging in, asking), until
+	// the request is in the stream table: a draining session with nothing
+	// in flight meanwhile is not done (drained).
+	routing atomic.Bool
 	// respMu is held by a response path while it handles a frame: the
 	// response paths of a session's connections take turns, so that what
 	// the response path owns (answering, respScratch, markLWT, the stages'
@@ -585,11 +590,17 @@ func (s *session) wakeRequests() {
 func (s *session) drain() {
 	s.mu.Lock()
 	s.draining = true
-	idle := s.streams.inflight == 0
+	idle := s.drained()
 	s.mu.Unlock()
 	if idle {
 		s.close()
 	}
+}
+
+// drained reports whether the session, draining, has no request left: none
+// in flight, and none being routed. s.mu is held.
+func (s *session) drained() bool {
+	return s.draining && s.streams.inflight == 0 && !s.routing.Load()
 }
 
 // answer sends the client an ERROR on stream, in place of a response from
