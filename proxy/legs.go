@@ -18,6 +18,7 @@ package proxy
 // sent it: it is coordinated there, as without routing.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -87,7 +88,11 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 		var err error
 		if u, err = s.openLeg(addr); err != nil {
 			var dial *dialError
-			if errors.As(err, &dial) {
+			switch {
+			case errors.Is(err, net.ErrClosed):
+				// The session is closing.
+				return s.up
+			case errors.As(err, &dial):
 				s.p.nodes.failed(addr, s.now())
 			}
 			s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request goes to the connection's node")
@@ -134,19 +139,44 @@ func (s *session) choose(replicas []string) string {
 // response path.
 func (s *session) openLeg(addr string) (*upstream, error) {
 	p := s.p
+	// The session closing gives up on the connection being opened too,
+	// rather than wait out its timeouts.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.mu.Lock()
+	halted := s.halted
+	s.cancelOpen = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.cancelOpen = nil
+		s.mu.Unlock()
+	}()
+	if halted {
+		return nil, net.ErrClosed
+	}
 	timeout := time.Duration(p.cfg.DialTimeout)
-	u, err := dialUpstream(addr, timeout, forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
+	u, err := dialUpstream(ctx, addr, timeout, forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, net.ErrClosed
+		}
 		p.metrics.upstreamDialErr.Inc()
 		return nil, &dialError{err}
 	}
 	s.attach(u)
 	u.conn.SetDeadline(time.Now().Add(timeout))
-	if err := s.logIn(u); err != nil {
+	stop := context.AfterFunc(ctx, func() { u.conn.Close() })
+	err = s.logIn(u)
+	stop()
+	if err != nil {
 		u.conn.Close()
 		u.from.Release()
 		u.in.Park()
 		u.to.Close()
+		if ctx.Err() != nil {
+			return nil, net.ErrClosed
+		}
 		return nil, fmt.Errorf("node %s: %w", addr, err)
 	}
 	u.conn.SetDeadline(time.Time{})

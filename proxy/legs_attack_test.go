@@ -604,3 +604,38 @@ func TestLegsDrainAnswersLastRequest(t *testing.T) {
 		})
 	}
 }
+
+// A session closed while it opens a connection to another node (Shutdown
+// past its deadline) gives up on it at once, rather than wait out
+// dial_timeout for a node that does not answer.
+func TestLegsClosedWhileOpening(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		hold func(n *legNode)
+	}{
+		{"dialling", func(n *legNode) { n.holdOptions = true }},
+		{"logging in", func(n *legNode) { n.holdStartup = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const dialTimeout = 10 * time.Second
+			up, leg := startLegNode(t), startLegNode(t)
+			leg.set(tt.hold)
+			_, addr, shutdown := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, func(c *config.Config) {
+				c.DialTimeout = config.Duration(dialTimeout)
+			})
+			c := dialStub(t, addr)
+			c.write(readKV(1, "bench.kv", 1))
+			leg.waitHeld(t, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			shutdown(ctx)
+			if took := time.Since(start); took > dialTimeout/2 {
+				t.Errorf("Shutdown with a deadline of 50ms took %v", took)
+			}
+		})
+	}
+}

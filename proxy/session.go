@@ -4,6 +4,7 @@ package proxy
 // paths between them, and what they share.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,9 @@ type session struct {
 	// the request is in the stream table: a draining session with nothing
 	// in flight meanwhile is not done (drained).
 	routing atomic.Bool
+	// cancelOpen gives up on the connection openLeg is opening, if any.
+	// Guarded by mu.
+	cancelOpen context.CancelFunc
 	// respMu is held by a response path while it handles a frame: the
 	// response paths of a session's connections take turns, so that what
 	// the response path owns (answering, respScratch, markLWT, the stages'
@@ -436,6 +440,9 @@ func (s *session) close() {
 		s.mu.Lock()
 		for _, u := range s.legs {
 			u.conn.Close()
+		}
+		if s.cancelOpen != nil {
+			s.cancelOpen()
 		}
 		s.mu.Unlock()
 	})
