@@ -94,6 +94,11 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 				return s.up
 			case errors.As(err, &dial):
 				s.p.nodes.failed(addr, s.now())
+			default:
+				// Reached, but it would not take the session (its login,
+				// its keyspace) or did not answer: not asked again for
+				// each request. Others' sessions may fare better there.
+				s.leave(addr, s.now())
 			}
 			s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request goes to the connection's node")
 			return s.up
@@ -122,7 +127,7 @@ func (s *session) choose(replicas []string) string {
 		default:
 			if i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.addr == addr }); i >= 0 {
 				load = s.legs[i].inflight
-			} else if s.p.nodes.down(addr, now) {
+			} else if s.p.nodes.down(addr, now) || s.left(addr, now) {
 				continue
 			}
 		}
@@ -193,6 +198,34 @@ func (s *session) openLeg(addr string) (*upstream, error) {
 	s.mu.Unlock()
 	go s.serveLeg(u)
 	return u, nil
+}
+
+// leave has the session route nothing to node for nodeRetry from now.
+func (s *session) leave(node string, now int64) {
+	for i := range s.unready {
+		if s.unready[i].node == node {
+			s.unready[i].until = now + nodeRetry
+			return
+		}
+	}
+	s.unready = append(s.unready, unreadyNode{node, now + nodeRetry})
+}
+
+// left reports whether the session routes nothing to node at now.
+func (s *session) left(node string, now int64) bool {
+	for _, n := range s.unready {
+		if n.node == node {
+			return now < n.until
+		}
+	}
+	return false
+}
+
+// unreadyNode is a node the session could not open a connection to, and
+// until when, in the proxy's nanoseconds, it routes nothing there.
+type unreadyNode struct {
+	node  string
+	until int64
 }
 
 // dialError is a failure to reach a node, as opposed to one to log in.

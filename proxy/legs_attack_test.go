@@ -411,6 +411,28 @@ func readKV(stream int16, table string, k int) []byte {
 	return stubQuery(stream, fmt.Sprintf("SELECT v FROM %s WHERE k = %d", table, k))
 }
 
+// dialAuth opens a v4 connection to addr that logs in as user.
+func dialAuth(t *testing.T, addr, user, password string) *stubClient {
+	t.Helper()
+	c := rawConn(t, addr)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	sc := &stubClient{t: t, c: c, r: frame.NewReader(bufio.NewReader(c), 1<<20)}
+	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})
+	sc.write(append(startup, 0, 0))
+	if _, h, err := sc.r.Next(); err != nil || h.Opcode != frame.OpAuthenticate {
+		t.Fatalf("STARTUP: %v %v", h.Opcode, err)
+	}
+	token := "\x00" + user + "\x00" + password
+	body := binary.BigEndian.AppendUint32(nil, uint32(len(token)))
+	body = append(body, token...)
+	f := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpAuthResponse, Length: len(body)})
+	sc.write(append(f, body...))
+	if _, h, err := sc.r.Next(); err != nil || h.Opcode != frame.OpAuthSuccess {
+		t.Fatalf("AUTH_RESPONSE: %v %v", h.Opcode, err)
+	}
+	return sc
+}
+
 // A request routed to another node whose connection is lost while the
 // request waits for a slot of max_in_flight, after it was chosen, is
 // still answered: where the driver sent it.
@@ -635,6 +657,42 @@ func TestLegsClosedWhileOpening(t *testing.T) {
 			shutdown(ctx)
 			if took := time.Since(start); took > dialTimeout/2 {
 				t.Errorf("Shutdown with a deadline of 50ms took %v", took)
+			}
+		})
+	}
+}
+
+// A node that cannot be logged in to is not asked again for every
+// request routed to it: the session leaves it for a while, and its
+// requests run where the driver sent them.
+func TestLegsLoginFailureNotRepeated(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		leg  func(n *legNode)
+	}{
+		{"credentials refused", func(n *legNode) { n.password = "other" }},
+		{"login never answered", func(n *legNode) { n.password, n.holdStartup = "secret", true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up, leg := startLegNode(t), startLegNode(t)
+			up.set(func(n *legNode) { n.password = "secret" })
+			leg.set(tt.leg)
+			_, addr, _ := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, func(c *config.Config) {
+				c.DialTimeout = config.Duration(300 * time.Millisecond)
+			})
+			c := dialAuth(t, addr, "app", "secret")
+			const requests = 4
+			for i := range requests {
+				c.answered(readKV(int16(i), "bench.kv", i), int16(i))
+			}
+			if startups, _ := leg.count(); startups != 1 {
+				t.Errorf("the node was sent %d STARTUPs for %d requests, want 1", startups, requests)
+			}
+			if _, ran := up.count(); len(ran) != requests {
+				t.Errorf("the driver's node ran %v, want the %d requests", ran, requests)
 			}
 		})
 	}

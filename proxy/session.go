@@ -45,8 +45,10 @@ type session struct {
 	replicas []string
 	asked    []byte
 	// written are the legs the request path queued requests on since it
-	// last pushed (push). Request path only.
+	// last pushed (push), and unready the nodes it could reach but not
+	// open a connection to (leave). Request path only.
 	written []*upstream
+	unready []unreadyNode
 	// routing is set while the request path makes a connection ready for
 	// a request it read (upstreamFor: dialling, logging in, asking), until
 	// the request is in the stream table: a draining session with nothing
