@@ -346,7 +346,7 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 		inKeyspace = st.preparedIn
 	}
 	f := frame.AppendPrepareRequest(s.reqScratch[:0], h.Version, h.Stream, st.statement, inKeyspace)
-	if s.ask(u, f, h, st.id) != accepted {
+	if s.ask(u, f, h, st) != accepted {
 		return false
 	}
 	s.mu.Lock()
@@ -360,9 +360,9 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 
 // ask sends f, a request of the proxy's own, on u on the stream of the
 // request of header h, and waits for the node's verdict; for a PREPARE,
-// id is the statement id it must answer with. The answer does not reach
-// the client.
-func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict {
+// st is the statement, whose id the node must answer with. The answer does
+// not reach the client.
+func (s *session) ask(u *upstream, f []byte, h frame.Header, st *preparedStatement) verdict {
 	if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
 		return refused
 	}
@@ -374,8 +374,7 @@ func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict 
 		s.p.inflight.Give(1)
 		return refused
 	}
-	s.asked = id
-	req := request{start: s.now(), version: h.Version, reply: replyAsked}
+	req := request{start: s.now(), version: h.Version, reply: replyAsked, prepared: st}
 	s.sentOn(&req, u)
 	s.streams.begin(h.Stream, req)
 	s.awaiting.Store(true)
@@ -384,11 +383,24 @@ func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict 
 	if err := u.to.Write(f); err != nil {
 		u.conn.Close() // its response path ends what is in flight on it
 	}
-	if err := s.push(); err != nil {
-		return refused
+	v := refused
+	if err := s.push(); err == nil {
+		v = <-s.answered
 	}
-	v := <-s.answered
-	s.asked = nil
+	// A wait that ended before the answer came (up's response path
+	// ended, or writing failed) leaves the request in the stream table:
+	// it leaves it here, so that the client's request can take its stream
+	// and nothing settles a wait that is over.
+	s.mu.Lock()
+	r := s.streams.lookup(h.Stream)
+	left := r != nil && r.reply == replyAsked
+	if left {
+		s.endStream(h.Stream)
+	}
+	s.mu.Unlock()
+	if left {
+		s.p.inflight.Give(1)
+	}
 	return v
 }
 

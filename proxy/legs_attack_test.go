@@ -697,3 +697,46 @@ func TestLegsLoginFailureNotRepeated(t *testing.T) {
 		})
 	}
 }
+
+// The session's upstream (up) lost while the proxy's own USE waits on
+// another connection: the wait ends, and the USE, answered later or lost
+// with its connection, is neither answered to nobody (a panic, ending the
+// process) nor left holding the client's stream and its slot of
+// max_in_flight. The test holds the response paths back (respMu) while
+// both connections are lost, so that the request path moves on first.
+func TestLegsAskOutlivesUpstream(t *testing.T) {
+	t.Parallel()
+	up, leg := startLegNode(t), startLegNode(t)
+	p, addr, _ := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, nil)
+	c := dialStub(t, addr)
+	c.answered(readKV(1, "bench.kv", 1), 1)
+	c.answered(stubQuery(2, "USE bench"), 2)
+	s := onlySession(t, p)
+	leg.set(func(n *legNode) { n.hold = "USE" })
+	c.write(readKV(3, "bench.kv", 1))
+	leg.waitHeld(t, 1)
+
+	s.respMu.Lock()
+	leg.drop()
+	waitUntil(t, "the leg lost", func() bool { return s.legsNow() == 0 })
+	up.drop()
+	// The request path gives up waiting and sends the request on up.
+	waitUntil(t, "the request sent on up", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.up.inflight > 0
+	})
+	s.respMu.Unlock()
+
+	if stream, op, msg, err := c.nextOp(); err != nil || stream != 3 || op != frame.OpError || !strings.Contains(msg, "may or may not have been applied") {
+		t.Errorf("want a server error on stream 3, got %s %q on stream %d, %v", op, msg, stream, err)
+	}
+	waitUntil(t, "the session ended", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.sessions) == 0
+	})
+	if n := p.inflight.Taken(); n != 0 {
+		t.Errorf("%d slots of max_in_flight taken after the session ended", n)
+	}
+}

@@ -22,9 +22,12 @@ func (s *session) serveResponses(u *upstream) error {
 			// nor one that forwards another awaited request from what it
 			// has read already: from now on every wait ends at once,
 			// refused.
+			s.settling.Lock()
 			s.awaiting.Store(false)
 			s.awaitingV5.Store(false)
+			s.unanswered = true
 			close(s.answered)
+			s.settling.Unlock()
 		}()
 	}
 	var t answerTiming
@@ -146,7 +149,7 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 		// The proxy's own request (legs.go): its answer is the request
 		// path's, not the client's.
 		s.p.inflight.Give(1)
-		if verdict == accepted && s.asked != nil && !s.preparedAs(f, h, comp, s.asked) {
+		if verdict == accepted && req.prepared != nil && !s.preparedAs(f, h, comp, req.prepared.id) {
 			verdict = refused
 		}
 		s.settle(verdict)

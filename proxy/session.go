@@ -38,12 +38,8 @@ type session struct {
 	// the node accepted: a connection to another node logs in with them.
 	// Request path only; zeroed when the session ends.
 	login [][]byte
-	// replicas is routing's scratch space; asked the statement id a
-	// PREPARE the proxy asks must be answered with (ask). Request path
-	// only; asked is read by the response path while the request path
-	// waits.
+	// replicas is routing's scratch space. Request path only.
 	replicas []string
-	asked    []byte
 	// written are the legs the request path queued requests on since it
 	// last pushed (push), and unready the nodes it could reach but not
 	// open a connection to (leave). Request path only.
@@ -71,12 +67,17 @@ type session struct {
 	// answered carries the upstream's verdict on a request the request
 	// path waits on before it reads the next frame (see settled): a
 	// STARTUP, an AUTH_RESPONSE or a USE, whose answer changes how what
-	// follows is read, classified or charged; it is closed once the
-	// response path has ended. awaiting is set while one is in flight,
-	// awaitingV5 while it is a v5 STARTUP.
+	// follows is read, classified or charged, or one the proxy asks
+	// another node (legs.go); it is closed once up's response path has
+	// ended. awaiting is set while one is in flight, awaitingV5 while it
+	// is a v5 STARTUP.
 	answered   chan verdict
 	awaiting   atomic.Bool
 	awaitingV5 atomic.Bool
+	// unanswered is set, under settling, as answered is closed: settle
+	// sends nothing more.
+	settling   sync.Mutex
+	unanswered bool
 	// What the request path has accepted of the handshake, request path
 	// only: the compression it reads requests with, and whether the
 	// driver's rate-limit opt-in and its login took effect. A STARTUP or
