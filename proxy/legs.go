@@ -353,6 +353,15 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 	if u.prepared == nil {
 		u.prepared = make(map[string]struct{})
 	}
+	if len(u.prepared) >= s.p.cfg.MaxPreparedStatements {
+		// No more than the proxy knows of: a client preparing ever new
+		// statements does not grow the set for ever. One forgotten, at
+		// random, is prepared again if executed again.
+		for id := range u.prepared {
+			delete(u.prepared, id)
+			break
+		}
+	}
 	u.prepared[string(st.id)] = struct{}{}
 	s.mu.Unlock()
 	return true

@@ -740,3 +740,29 @@ func TestLegsAskOutlivesUpstream(t *testing.T) {
 		t.Errorf("%d slots of max_in_flight taken after the session ended", n)
 	}
 }
+
+// What a session remembers of the statements it prepared on its other
+// connections is bounded as the proxy's registry is: a client preparing
+// ever more statements does not grow it for ever.
+func TestLegsPreparedBounded(t *testing.T) {
+	t.Parallel()
+	up, leg := startLegNode(t), startLegNode(t)
+	const max = 4
+	p, addr, _ := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, func(c *config.Config) { c.MaxPreparedStatements = max })
+	c := dialStub(t, addr)
+	s := onlySession(t, p)
+	const statements = 3 * max
+	for i := range statements {
+		id := c.prepared(1, fmt.Sprintf("SELECT v FROM bench.kv WHERE k = %d", i))
+		c.answered(executeFrame(2, id), 2)
+	}
+	if _, ran := leg.count(); len(ran) != statements {
+		t.Fatalf("the other node ran %d requests, want the %d EXECUTEs", len(ran), statements)
+	}
+	s.mu.Lock()
+	n := len(s.legs[0].prepared)
+	s.mu.Unlock()
+	if n > max {
+		t.Errorf("the session remembers %d statements prepared on its other connection; max_prepared_statements is %d", n, max)
+	}
+}

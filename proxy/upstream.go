@@ -30,7 +30,8 @@ type upstream struct {
 	// last USE named it. Request path only.
 	keyspace []byte
 	// prepared are the ids of the statements the session prepared on the
-	// connection (legs.go). Guarded by the session's mu.
+	// connection (legs.go), at most max_prepared_statements. Guarded by
+	// the session's mu.
 	prepared map[string]struct{}
 	// dead is set, under the session's mu, once the connection's response
 	// path has ended.
