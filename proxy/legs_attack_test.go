@@ -766,3 +766,15 @@ func TestLegsPreparedBounded(t *testing.T) {
 		t.Errorf("the session remembers %d statements prepared on its other connection; max_prepared_statements is %d", n, max)
 	}
 }
+
+// An answer to the proxy's own PREPARE too large to read is not the
+// client's: the client gets one answer, its request's.
+func TestLegsAskedAnswerTooLarge(t *testing.T) {
+	t.Parallel()
+	up, leg := startLegNode(t), startLegNode(t)
+	leg.set(func(n *legNode) { n.preparePad = 8 << 10 })
+	_, addr, _ := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, func(c *config.Config) { c.MaxFrameBytes = 4 << 10 })
+	c := dialStub(t, addr)
+	c.answered(executeFrame(2, c.prepared(1, "SELECT v FROM bench.kv WHERE k = 1")), 2)
+	c.answered(stubQuery(3, "SELECT v FROM ks.t"), 3)
+}

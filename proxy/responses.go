@@ -109,7 +109,11 @@ func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 		s.p.inflight.Give(1)
 		s.ended(req)
 	}
-	s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+	if req.reply != replyAsked {
+		// The proxy's own request (legs.go) is not the client's to be
+		// answered: the request path waiting on it is told it failed.
+		s.answer(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+	}
 	if _, awaited := s.verdictOf(&req, ended, h); awaited {
 		s.settle(refused)
 	}
