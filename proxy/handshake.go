@@ -88,10 +88,17 @@ func (s *session) verdictOf(req *request, ok bool, h frame.Header) (verdict, boo
 }
 
 // settle hands the verdict on the awaited request to the request path,
-// once its answer is queued for the client. Only one is in flight.
+// once its answer is queued for the client. Only one is in flight. The
+// response path of another connection than up may settle after up's has
+// ended (a request the proxy asked there): then nothing is sent.
 func (s *session) settle(v verdict) {
+	s.settling.Lock()
+	defer s.settling.Unlock()
 	s.awaiting.Store(false)
 	s.awaitingV5.Store(false)
+	if s.unanswered {
+		return
+	}
 	select {
 	case s.answered <- v:
 	default:

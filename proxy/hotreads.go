@@ -461,7 +461,7 @@ func (s *session) deliver(w waiter, f []byte, read *hotread.Read, kick bool) {
 	s.endStream(w.stream)
 	s.joined.Add(-1)
 	s.wakeRequests()
-	idle := s.draining && s.streams.inflight == 0
+	idle := s.drained()
 	s.mu.Unlock()
 	s.offerAnswer(f, w.stream, kick, idle)
 }
@@ -499,7 +499,7 @@ func (s *session) handOn(f []byte, stream int16, refused bool) {
 	case f == nil:
 	case refused:
 		s.mu.Lock()
-		idle := s.draining && s.streams.inflight == 0
+		idle := s.drained()
 		s.mu.Unlock()
 		s.offerAnswer(f, stream, true, idle)
 	default:

@@ -18,6 +18,7 @@ package proxy
 // sent it: it is coordinated there, as without routing.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -122,14 +123,22 @@ func (s *session) leg(addr string) *upstream {
 	}
 	u, err := s.openLeg(addr)
 	if err != nil {
-		s.p.metrics.legsFailed.Inc()
 		var dial *dialError
-		if errors.As(err, &dial) {
+		switch {
+		case errors.Is(err, net.ErrClosed):
+			return nil // the session is closing
+		case errors.As(err, &dial):
 			s.p.nodes.failed(addr, s.now())
 			if s.p.ringStale != nil {
 				s.p.ringStale() // the node may have left the ring
 			}
+		default:
+			// Reached, but it would not take the session (its login,
+			// its keyspace) or did not answer: not asked again for
+			// each request. Others' sessions may fare better there.
+			s.leave(addr, s.now())
 		}
+		s.p.metrics.legsFailed.Inc()
 		s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica; the request runs on another")
 		return nil
 	}
@@ -145,7 +154,7 @@ func (s *session) choose(replicas []string) string {
 	best, bestScore := "", 0.0
 	now := s.now()
 	for _, addr := range replicas {
-		if addr != s.up.at && s.p.nodes.down(addr, now) {
+		if addr != s.up.at && (s.p.nodes.down(addr, now) || s.left(addr, now)) {
 			continue
 		}
 		if score := s.p.loads.of(addr).score(now); best == "" || score < bestScore {
@@ -161,19 +170,44 @@ func (s *session) choose(replicas []string) string {
 // response path.
 func (s *session) openLeg(addr string) (*upstream, error) {
 	p := s.p
+	// The session closing gives up on the connection being opened too,
+	// rather than wait out its timeouts.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.mu.Lock()
+	halted := s.halted
+	s.cancelOpen = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.cancelOpen = nil
+		s.mu.Unlock()
+	}()
+	if halted {
+		return nil, net.ErrClosed
+	}
 	timeout := time.Duration(p.cfg.DialTimeout)
-	u, err := dialUpstream(addr, timeout, forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
+	u, err := dialUpstream(ctx, addr, timeout, forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, net.ErrClosed
+		}
 		p.metrics.upstreamDialErr.Inc()
 		return nil, &dialError{err}
 	}
 	s.attach(u)
 	u.conn.SetDeadline(time.Now().Add(timeout))
-	if err := s.logIn(u); err != nil {
+	stop := context.AfterFunc(ctx, func() { u.conn.Close() })
+	err = s.logIn(u)
+	stop()
+	if err != nil {
 		u.conn.Close()
 		u.from.Release()
 		u.in.Park()
 		u.to.Close()
+		if ctx.Err() != nil {
+			return nil, net.ErrClosed
+		}
 		return nil, fmt.Errorf("node %s: %w", addr, err)
 	}
 	u.conn.SetDeadline(time.Time{})
@@ -190,6 +224,34 @@ func (s *session) openLeg(addr string) (*upstream, error) {
 	s.mu.Unlock()
 	go s.serveLeg(u)
 	return u, nil
+}
+
+// leave has the session route nothing to node for nodeRetry from now.
+func (s *session) leave(node string, now int64) {
+	for i := range s.unready {
+		if s.unready[i].node == node {
+			s.unready[i].until = now + nodeRetry
+			return
+		}
+	}
+	s.unready = append(s.unready, unreadyNode{node, now + nodeRetry})
+}
+
+// left reports whether the session routes nothing to node at now.
+func (s *session) left(node string, now int64) bool {
+	for _, n := range s.unready {
+		if n.node == node {
+			return now < n.until
+		}
+	}
+	return false
+}
+
+// unreadyNode is a node the session could not open a connection to, and
+// until when, in the proxy's nanoseconds, it routes nothing there.
+type unreadyNode struct {
+	node  string
+	until int64
 }
 
 // dialError is a failure to reach a node, as opposed to one to log in.
@@ -248,7 +310,9 @@ func (s *session) logIn(u *upstream) error {
 		if h.Opcode != frame.OpResult {
 			return fmt.Errorf("USE answered with %s", h.Opcode)
 		}
-		u.keyspace = *ks
+		// A copy: ready changes it in place, and the session's keyspace
+		// is other connections' too.
+		u.keyspace = slices.Clone(*ks)
 	}
 	return nil
 }
@@ -312,12 +376,21 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 	}
 	f := frame.AppendPrepareRequest(s.askScratch[:0], h.Version, h.Stream, st.Text(), inKeyspace)
 	s.askScratch = f
-	if s.ask(u, f, h, id) != accepted {
+	if s.ask(u, f, h, st) != accepted {
 		return false
 	}
 	s.mu.Lock()
 	if u.prepared == nil {
 		u.prepared = make(map[string]struct{})
+	}
+	if len(u.prepared) >= s.p.cfg.MaxPreparedStatements {
+		// No more than the proxy knows of: a client preparing ever new
+		// statements does not grow the set for ever. One forgotten, at
+		// random, is prepared again if executed again.
+		for id := range u.prepared {
+			delete(u.prepared, id)
+			break
+		}
 	}
 	u.prepared[string(id)] = struct{}{}
 	s.mu.Unlock()
@@ -326,15 +399,21 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 
 // ask sends f, a request of the proxy's own, on u on the stream of the
 // request of header h, and waits for the node's verdict; for a PREPARE,
-// id is the statement id it must answer with. The answer does not reach
-// the client.
-func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict {
+// st is the statement, whose id the node must answer with. The answer does
+// not reach the client.
+func (s *session) ask(u *upstream, f []byte, h frame.Header, st *classify.Prepared) verdict {
 	if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
 		return notAccepted
 	}
-	s.asked = id
 	s.mu.Lock()
-	req := request{start: s.now(), version: h.Version, reply: replyAsked}
+	if u.dead.Load() {
+		// Lost while the request path waited for the slot: nobody would
+		// answer.
+		s.mu.Unlock()
+		s.p.inflight.Give(1)
+		return notAccepted
+	}
+	req := request{start: s.now(), version: h.Version, reply: replyAsked, prepared: st}
 	s.sentOn(&req, u)
 	s.streams.begin(h.Stream, req)
 	s.awaiting.Store(true)
@@ -343,11 +422,24 @@ func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict 
 	if err := u.to.Write(f); err != nil {
 		u.conn.Close() // its response path ends what is in flight on it
 	}
-	if err := s.push(); err != nil {
-		return notAccepted
+	v := notAccepted
+	if err := s.push(); err == nil {
+		v = <-s.answered
 	}
-	v := <-s.answered
-	s.asked = nil
+	// A wait that ended before the answer came (up's response path
+	// ended, or writing failed) leaves the request in the stream table:
+	// it leaves it here, so that the client's request can take its stream
+	// and nothing settles a wait that is over.
+	s.mu.Lock()
+	r := s.streams.lookup(h.Stream)
+	left := r != nil && r.reply == replyAsked
+	if left {
+		s.endStream(h.Stream)
+	}
+	s.mu.Unlock()
+	if left {
+		s.p.inflight.Give(1)
+	}
 	return v
 }
 
@@ -357,14 +449,19 @@ func (s *session) ask(u *upstream, f []byte, h frame.Header, id []byte) verdict 
 func (s *session) serveLeg(u *upstream) {
 	defer s.running.Done()
 	err := s.serveResponses(u)
-	u.dead.Store(true)
 	s.mu.Lock()
+	// Under mu, as the request path begins a request on u under mu: a
+	// request that found u alive is in the stream table before
+	// failInFlight looks.
+	u.dead.Store(true)
 	s.legs = slices.DeleteFunc(s.legs, func(l *upstream) bool { return l == u })
 	s.mu.Unlock()
 	switch {
 	case err == nil:
-		// Draining, and nothing is left in flight.
-		s.close()
+		// Draining, and nothing is left in flight: the response path of
+		// up ends the session, once what is queued for the client, this
+		// last answer too, is written.
+		s.up.conn.Close()
 	case errors.Is(err, errClientGone):
 		s.clientGone.Store(true)
 		s.close()
@@ -377,6 +474,12 @@ func (s *session) serveLeg(u *upstream) {
 			s.p.nodes.failed(u.at, s.now())
 		}
 		s.failInFlight(err, u, u)
+		defer func() {
+			// The answers failInFlight queued go now: no other path may
+			// write to the client for a while. A failure to is the
+			// client's, which the other paths see.
+			s.toClient.Push()
+		}()
 	}
 	u.conn.Close()
 	u.to.Close()

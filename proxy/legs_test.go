@@ -127,17 +127,6 @@ func TestRoutedToReplica(t *testing.T) {
 	}
 }
 
-// keyOn returns a bigint key of bench.kv whose token is below zero (low)
-// or not.
-func keyOn(t *testing.T, low bool, after int) int {
-	t.Helper()
-	for k := after + 1; ; k++ {
-		if tokenOf(binary.BigEndian.AppendUint64(nil, uint64(k))) < 0 == low {
-			return k
-		}
-	}
-}
-
 // proxyHeap returns the heap in use that the proxy's own code allocated,
 // as the memory profile saw it at the last collection: what was allocated
 // with a frame of a non-test file of proxy/ or transport/ on its stack,
@@ -232,7 +221,7 @@ func TestIdleLegMemory(t *testing.T) {
 		}
 		return float64(heap1-heap0) / n, float64(g1-g0) / n
 	}
-	low, high := keyOn(t, true, 0), keyOn(t, false, 0)
+	low, high := keyOn(true), keyOn(false)
 	one, oneG := cost()
 	three, threeG := cost(low, high)
 	leg, legG := (three-one)/2, (threeG-oneG)/2

@@ -408,7 +408,7 @@ func (p *Proxy) dialUpstream() (*upstream, string, error) {
 	var errs []error
 	for i := range n {
 		addr := p.cfg.Upstreams[(start+i)%n]
-		u, err := dialUpstream(addr, time.Duration(p.cfg.DialTimeout), forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
+		u, err := dialUpstream(context.Background(), addr, time.Duration(p.cfg.DialTimeout), forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
 		if err == nil {
 			return u, addr, nil
 		}

@@ -187,10 +187,12 @@ func (s *session) waitForRoom(max int) error {
 func (s *session) forward(f []byte, h frame.Header, req request, r route, now int64) error {
 	u := s.up
 	if r.ok {
+		s.routing.Store(true)
 		u = s.upstreamFor(r, h, &req)
 	}
 	waitedFrom, err := s.takeSlot(&req, now)
 	if err != nil {
+		s.routing.Store(false)
 		return err
 	}
 	var login []byte
@@ -203,6 +205,12 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 	// finds it.
 	max := s.p.cfg.MaxInFlightPerConnection
 	s.mu.Lock()
+	if u.dead.Load() {
+		// The connection chosen was lost since (while the request waited
+		// for its slot, say), and what was in flight on it answered: the
+		// request goes where the driver sent it.
+		u = s.up
+	}
 	s.sentOn(&req, u)
 	// A hot read led while the client's writer waits for room would be
 	// answered to nobody until it has room (clientStall).
@@ -212,6 +220,7 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 	}
 	// badStream saw the id free, and only this path begins streams.
 	s.streams.begin(h.Stream, req)
+	s.routing.Store(false)
 	if awaited(&req) {
 		s.awaiting.Store(true)
 	}

@@ -22,9 +22,12 @@ func (s *session) serveResponses(u *upstream) error {
 			// nor one that forwards another awaited request from what it
 			// has read already: from now on every wait ends at once,
 			// refused.
+			s.settling.Lock()
 			s.awaiting.Store(false)
 			s.awaitingV5.Store(false)
+			s.unanswered = true
 			close(s.answered)
+			s.settling.Unlock()
 		}()
 	}
 	var t answerTiming
@@ -106,7 +109,11 @@ func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 		s.p.inflight.Give(1)
 		s.ended(req)
 	}
-	s.writeError(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+	if req.reply != replyAsked {
+		// The proxy's own request (legs.go) is not the client's to be
+		// answered: the request path waiting on it is told it failed.
+		s.writeError(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
+	}
 	if _, awaited := s.verdictOf(&req, ended, h); awaited {
 		s.settle(notAccepted)
 	}
@@ -129,7 +136,7 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	s.mu.Lock()
 	u.activity++
 	*req, ok = s.endStream(h.Stream)
-	idle = s.draining && s.streams.inflight == 0
+	idle = s.drained()
 	comp := s.compression
 	if s.awaiting.Load() {
 		verdict, awaited = s.verdictOf(req, ok, h)
@@ -146,7 +153,7 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 		// The proxy's own request (legs.go): its answer is the request
 		// path's, not the client's.
 		s.p.inflight.Give(1)
-		if verdict == accepted && s.asked != nil && !s.preparedAs(f, h, comp, s.asked) {
+		if verdict == accepted && req.prepared != nil && !s.preparedAs(f, h, comp, req.prepared.ID()) {
 			verdict = notAccepted
 		}
 		s.settle(verdict)

@@ -4,6 +4,7 @@ package proxy
 // paths between them, and what they share.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -38,16 +39,23 @@ type session struct {
 	// the node accepted: a connection to another node logs in with them.
 	// Request path only; zeroed when the session ends.
 	login [][]byte
-	// replicas is routing's scratch space; asked the statement id a
-	// PREPARE the proxy asks must be answered with (ask). Request path
-	// only; asked is read by the response path while the request path
-	// waits.
+	// replicas is routing's scratch space, and askScratch what the
+	// request path asks a node itself. Request path only.
 	replicas   []string
-	asked      []byte
-	askScratch []byte // what the request path asks a node itself
+	askScratch []byte
 	// written are the legs the request path queued requests on since it
-	// last pushed (push). Request path only.
+	// last pushed (push), and unready the nodes it could reach but not
+	// open a connection to (leave). Request path only.
 	written []*upstream
+	unready []unreadyNode
+	// routing is set while the request path makes a connection ready for
+	// a request it read (upstreamFor: dialling, logging in, asking), until
+	// the request is in the stream table: a draining session with nothing
+	// in flight meanwhile is not done (drained).
+	routing atomic.Bool
+	// cancelOpen gives up on the connection openLeg is opening, if any.
+	// Guarded by mu.
+	cancelOpen context.CancelFunc
 	// respMu is held by a response path while it handles a frame: the
 	// response paths of a session's connections take turns, so that what
 	// the response path owns (answering, respScratch, markLWT, the stages'
@@ -62,12 +70,17 @@ type session struct {
 	// answered carries the upstream's verdict on a request the request
 	// path waits on before it reads the next frame (see settled): a
 	// STARTUP, an AUTH_RESPONSE or a USE, whose answer changes how what
-	// follows is read, classified or charged; it is closed once the
-	// response path has ended. awaiting is set while one is in flight,
-	// awaitingV5 while it is a v5 STARTUP.
+	// follows is read, classified or charged, or one the proxy asks
+	// another node (legs.go); it is closed once up's response path has
+	// ended. awaiting is set while one is in flight, awaitingV5 while it
+	// is a v5 STARTUP.
 	answered   chan verdict
 	awaiting   atomic.Bool
 	awaitingV5 atomic.Bool
+	// unanswered is set, under settling, as answered is closed: settle
+	// sends nothing more.
+	settling   sync.Mutex
+	unanswered bool
 	// What the request path has accepted of the handshake, request path
 	// only: the compression it reads requests with, and whether the
 	// driver's rate-limit opt-in and its login took effect. A STARTUP or
@@ -441,6 +454,9 @@ func (s *session) close() {
 		for _, u := range s.legs {
 			u.conn.Close()
 		}
+		if s.cancelOpen != nil {
+			s.cancelOpen()
+		}
 		s.mu.Unlock()
 	})
 }
@@ -600,11 +616,17 @@ func (s *session) wakeRequests() {
 func (s *session) drain() {
 	s.mu.Lock()
 	s.draining = true
-	idle := s.streams.inflight == 0
+	idle := s.drained()
 	s.mu.Unlock()
 	if idle {
 		s.close()
 	}
+}
+
+// drained reports whether the session, draining, has no request left: none
+// in flight, and none being routed. s.mu is held.
+func (s *session) drained() bool {
+	return s.draining && s.streams.inflight == 0 && !s.routing.Load()
 }
 
 // writeError sends the client an ERROR on stream, in place of a response

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -33,9 +34,11 @@ type upstream struct {
 	// last USE named it. Request path only.
 	keyspace []byte
 	// prepared are the ids of the statements the session prepared on the
-	// connection (legs.go). Guarded by the session's mu.
+	// connection (legs.go), at most max_prepared_statements. Guarded by
+	// the session's mu.
 	prepared map[string]struct{}
-	// dead is set once the connection's response path has ended.
+	// dead is set, under the session's mu, once the connection's response
+	// path has ended.
 	dead atomic.Bool
 
 	// inflight counts the requests sent on the connection and not yet
@@ -62,19 +65,21 @@ type upstream struct {
 // dialUpstream connects to addr and asks for its SUPPORTED options, so that
 // the proxy knows, before the driver's STARTUP, whether the node takes the
 // rate-limit opt-in. The OPTIONS exchange uses v4 framing, which every node
-// that speaks v4 or v5 accepts before STARTUP.
-func dialUpstream(addr string, timeout time.Duration, tlsConf *tls.Config, bufs *transport.ReadBuffers) (*upstream, error) {
+// that speaks v4 or v5 accepts before STARTUP. It gives up once ctx is
+// done.
+func dialUpstream(ctx context.Context, addr string, timeout time.Duration, tlsConf *tls.Config, bufs *transport.ReadBuffers) (*upstream, error) {
 	d := &net.Dialer{Timeout: timeout}
 	var c net.Conn
 	var err error
 	if tlsConf != nil {
-		c, err = tls.DialWithDialer(d, "tcp", addr, tlsConf)
+		c, err = (&tls.Dialer{NetDialer: d, Config: tlsConf}).DialContext(ctx, "tcp", addr)
 	} else {
-		c, err = d.Dial("tcp", addr)
+		c, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}
+	defer context.AfterFunc(ctx, func() { c.Close() })()
 	in := transport.NewSockReader(c)
 	u := &upstream{addr: addr, at: c.RemoteAddr().String(), conn: c, in: transport.NewLazyReader(in, in, bufs)}
 	u.in.Take()
