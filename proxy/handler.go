@@ -103,12 +103,15 @@ func (s *session) handle(f []byte, h frame.Header, now int64) action {
 	}
 
 	c.h, c.f, c.classified, c.now = h, f, class, now
+	if s.p.ring != nil && s.started {
+		c.route = s.route(class)
+	}
 	act := s.admit(c)
+	if act.forward != nil {
+		act.route = c.route
+	}
 	// What the call holds (its frame, its settings) is not kept past it.
 	*c = call{}
-	if act.forward != nil && s.p.ring != nil {
-		act.route = routeOf(class)
-	}
 	return act
 }
 

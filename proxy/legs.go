@@ -48,11 +48,25 @@ func WithRing(r Ring) Option {
 }
 
 // route is where a request would best run: the keyspace and token of its
-// (first) partition.
+// (first) partition, and the replica chosen first and its load.
 type route struct {
 	keyspace string
 	token    int64
 	ok       bool
+	to       string
+	load     *nodeLoad
+}
+
+// route returns the route of a request classified as class, its replica
+// chosen; the replicas are left in s.replicas, for replica.
+func (s *session) route(class *classify.Classification) route {
+	r := routeOf(class)
+	if !r.ok {
+		return r
+	}
+	s.replicas = s.p.ring.Replicas(s.replicas[:0], r.keyspace, r.token)
+	r.to, r.load = s.choose(s.replicas)
+	return r
 }
 
 // routeOf returns the route of a request classified as class, or none.
@@ -85,11 +99,10 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 // replica returns the connection to the replica of r chosen to run the
 // request req of header h, made ready for it, or nil when there is none.
 func (s *session) replica(r route, h frame.Header, req *request) *upstream {
-	s.replicas = s.p.ring.Replicas(s.replicas[:0], r.keyspace, r.token)
-	// The best replica first; one that cannot be reached or made ready
-	// leaves the next best to try.
+	// The best replica first, as route chose it among s.replicas; one that
+	// cannot be reached or made ready leaves the next best to try.
+	addr := r.to
 	for range len(s.replicas) {
-		addr := s.choose(s.replicas)
 		switch addr {
 		case "":
 			return nil
@@ -101,6 +114,7 @@ func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 		}
 		i := slices.Index(s.replicas, addr)
 		s.replicas = slices.Delete(s.replicas, i, i+1)
+		addr, _ = s.choose(s.replicas)
 	}
 	return nil
 }
@@ -148,20 +162,22 @@ func (s *session) leg(addr string) *upstream {
 }
 
 // choose picks among the replicas the node to send a request to: the
-// reachable one of the best score (replicas.go). It returns "" when none
-// is reachable.
-func (s *session) choose(replicas []string) string {
+// reachable one of the best score (replicas.go), and returns it and its
+// load; "" when none is reachable.
+func (s *session) choose(replicas []string) (string, *nodeLoad) {
 	best, bestScore := "", 0.0
+	var bestLoad *nodeLoad
 	now := s.now()
 	for _, addr := range replicas {
 		if addr != s.up.at && (s.p.nodes.down(addr, now) || s.left(addr, now)) {
 			continue
 		}
-		if score := s.p.loads.of(addr).score(now); best == "" || score < bestScore {
-			best, bestScore = addr, score
+		l := s.p.loads.of(addr)
+		if score := l.score(now); best == "" || score < bestScore {
+			best, bestScore, bestLoad = addr, score, l
 		}
 	}
-	return best
+	return best, bestLoad
 }
 
 // openLeg opens a connection of the session to the node at addr: it
@@ -347,6 +363,7 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 	if ks != nil && string(*ks) != string(u.keyspace) {
 		s.askScratch = frame.AppendQueryRequest(s.askScratch[:0], h.Version, h.Stream, useStatement(*ks))
 		if s.ask(u, s.askScratch, h, nil) != accepted {
+			s.leave(u.at, s.now()) // not asked again for each request
 			return false
 		}
 		u.keyspace = append(u.keyspace[:0], *ks...)
@@ -377,6 +394,9 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 	f := frame.AppendPrepareRequest(s.askScratch[:0], h.Version, h.Stream, st.Text(), inKeyspace)
 	s.askScratch = f
 	if s.ask(u, f, h, st) != accepted {
+		// Not asked again for each request: a node that will not prepare
+		// what another did (its schema behind, say) is left alone a while.
+		s.leave(u.at, s.now())
 		return false
 	}
 	s.mu.Lock()

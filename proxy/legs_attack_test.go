@@ -54,7 +54,10 @@ type legNode struct {
 	hold                     string
 	holdOptions, holdStartup bool
 	preparePad               int
-	held                     []func()
+	// strayOn, when not 0, is a stream the node also answers on, unasked,
+	// when it runs a QUERY containing "stray", as a misbehaving node would.
+	strayOn int16
+	held    []func()
 	heldCh                   chan struct{}
 	got                      int // requests held so far
 }
@@ -174,6 +177,20 @@ func (n *legNode) answer(c *legConn, body []byte, h frame.Header) func() {
 			return reply(frame.OpResult, append(b, c.keyspace...))
 		}
 		n.record(c.keyspace + "|" + string(q))
+		n.mu.Lock()
+		stray := n.strayOn
+		n.mu.Unlock()
+		if stray != 0 && bytes.Contains(q, []byte("stray")) {
+			answer := reply(frame.OpResult, void)
+			unasked := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: stray, Opcode: frame.OpResult, Length: len(void)})
+			unasked = append(unasked, void...)
+			return func() {
+				answer()
+				c.mu.Lock()
+				c.c.Write(unasked)
+				c.mu.Unlock()
+			}
+		}
 	case frame.OpExecute:
 		n.record(c.keyspace + "|EXECUTE")
 	case frame.OpPrepare:
@@ -777,4 +794,31 @@ func TestLegsAskedAnswerTooLarge(t *testing.T) {
 	c := dialStub(t, addr)
 	c.answered(executeFrame(2, c.prepared(1, "SELECT v FROM bench.kv WHERE k = 1")), 2)
 	c.answered(stubQuery(3, "SELECT v FROM ks.t"), 3)
+}
+
+// A replica that answers on a stream it was sent nothing on, one the client
+// has a request in flight on elsewhere, changes nothing: the frame is
+// dropped, and the request gets its own answer, once.
+func TestLegsStrayFrameDropped(t *testing.T) {
+	t.Parallel()
+	up, leg := startLegNode(t), startLegNode(t)
+	up.set(func(n *legNode) { n.hold = "system.local" })
+	leg.set(func(n *legNode) { n.strayOn = 9 })
+	_, addr, _ := startLegsProxy(t, up.addr(), fixedRing{leg.addr()}, nil)
+	c := dialStub(t, addr)
+	c.write(stubQuery(9, "SELECT * FROM system.local"))
+	up.waitHeld(t, 1)
+	c.write(stubQuery(5, "SELECT v FROM bench.kv WHERE k = 1 -- stray"))
+	if stream, code, msg, err := c.next(); err != nil || stream != 5 || code != 0 {
+		t.Fatalf("first answer: stream %d, %#x %s, %v; want the read's on stream 5", stream, code, msg, err)
+	}
+	up.release()
+	if stream, code, msg, err := c.next(); err != nil || stream != 9 || code != 0 {
+		t.Fatalf("next answer: stream %d, %#x %s, %v; want the held request's on stream 9", stream, code, msg, err)
+	}
+	// Nothing more: a second answer on stream 9 would come before this one.
+	c.write(stubQuery(10, "SELECT v FROM bench.kv WHERE k = 2"))
+	if stream, _, _, err := c.next(); err != nil || stream != 10 {
+		t.Fatalf("then stream %d, %v; want 10", stream, err)
+	}
 }

@@ -98,6 +98,9 @@ type call struct {
 	// observed is set once /hot's sketch counted the request's partition
 	// (serveHot), so that decide does not count it again.
 	observed bool
+	// route is where the request would best run (legs.go): the stages
+	// that judge a node judge that one.
+	route route
 }
 
 // answer is the upstream's answer to a request, as the stages see it. The

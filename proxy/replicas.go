@@ -19,6 +19,7 @@ import (
 // nodeLoad is what the proxy knows of one node's load, shared by every
 // session's connections to it.
 type nodeLoad struct {
+	addr     string
 	inflight atomic.Int64
 	// latency is the mean of its recent answers' latencies and service
 	// an estimate of its service time, the recent best of them, both in
@@ -27,6 +28,18 @@ type nodeLoad struct {
 	service atomic.Int64
 	// seen is when it last answered, in the proxy's nanoseconds.
 	seen atomic.Int64
+	// shed is the node's shedding signals, found on first use.
+	shed atomic.Pointer[nodeSignals]
+}
+
+// signals returns the node's shedding signals in sh.
+func (n *nodeLoad) signals(sh *shedding) *nodeSignals {
+	if s := n.shed.Load(); s != nil {
+		return s
+	}
+	s := sh.node(n.addr)
+	n.shed.Store(s)
+	return s
 }
 
 // observe takes in the latency d, in nanoseconds, of one of the node's
@@ -106,7 +119,7 @@ func (n *nodeLoads) of(addr string) *nodeLoad {
 		if n.m == nil {
 			n.m = make(map[string]*nodeLoad)
 		}
-		l = &nodeLoad{}
+		l = &nodeLoad{addr: addr}
 		n.m[addr] = l
 	}
 	return l

@@ -135,6 +135,17 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	verdict, awaited := notAccepted, false
 	s.mu.Lock()
 	u.activity++
+	if u != s.up {
+		// A connection to another node carries only requests sent on it:
+		// a frame on another stream (a misbehaving node's, or an event,
+		// which it never registered for) answers nothing of the client's.
+		if e := s.streams.lookup(h.Stream); e == nil || e.up != u {
+			s.mu.Unlock()
+			s.p.metrics.protocolErrors.WithLabelValues("stray_response").Inc()
+			s.log.Info().Str("node", u.addr).Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("frame from a replica on a stream it was sent no request on; dropped")
+			return false, nil
+		}
+	}
 	*req, ok = s.endStream(h.Stream)
 	idle = s.drained()
 	comp := s.compression

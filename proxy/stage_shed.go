@@ -5,12 +5,13 @@ import (
 	"github.com/cqlguard/cqlguard/shed"
 )
 
-// shedStage sheds (shedding.go): while the node a connection uses is slow,
-// a request of a tier being shed is refused, or, with shedding.max_price,
-// a request of a class with a budget is priced up instead: its request
-// units are multiplied by its price. Its draw is the session's own random
-// number, so that nothing is shared between connections. Each answer the
-// node's latency can be read from feeds the node's signals.
+// shedStage sheds (shedding.go): while the node a request would run on (the
+// connection's, or the replica routing chose) is slow, a request of a tier
+// being shed is refused, or, with shedding.max_price, a request of a class
+// with a budget is priced up instead: its request units are multiplied by
+// its price. Its draw is the session's own random number, so that nothing
+// is shared between connections. Each answer the node's latency can be
+// read from feeds the node's signals.
 type shedStage struct{}
 
 // shedState is the connection's part of shedding: the request path's
@@ -23,6 +24,9 @@ func (shedStage) admit(s *session, c *call) (outcome, bool) {
 	sh, n, cl := s.p.shedding, s.up.node, c.req.client
 	if n == nil || cl == nil {
 		return outcome{}, false
+	}
+	if r := c.route; r.load != nil && r.to != s.up.at {
+		n = r.load.signals(sh)
 	}
 	tier := config.DefaultTier
 	if s.clientClass != nil {
