@@ -58,8 +58,8 @@ type legNode struct {
 	// when it runs a QUERY containing "stray", as a misbehaving node would.
 	strayOn int16
 	held    []func()
-	heldCh                   chan struct{}
-	got                      int // requests held so far
+	heldCh  chan struct{}
+	got     int // requests held so far
 }
 
 type legConn struct {
