@@ -292,8 +292,13 @@ launch() {
   fi
   rm -f "$pidfile"
   # setsid: a Ctrl-C or a killed process group of the caller does not reach
-  # Cassandra; the inner shell writes its own pid, which exec hands to java.
-  setsid -f bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$pidfile" \
+  # Cassandra; the inner shell writes its own pid, which exec hands to java,
+  # and closes every descriptor past stderr first: one inherited from the
+  # caller (a lock a test runner holds with flock, say) would be held for
+  # as long as Cassandra runs.
+  setsid -f bash -c 'echo $$ >"$1"; shift
+    for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null
+    exec nohup "$@"' _ "$pidfile" \
     "$java" "${opts[@]}" -cp "$lib/*" org.apache.cassandra.service.CassandraDaemon \
     </dev/null >"$logfile" 2>&1 9>&-
   local i
