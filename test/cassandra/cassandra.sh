@@ -55,7 +55,8 @@ die() { echo "cassandra.sh: $*" >&2; exit 1; }
 [ -n "$version" ] || die "no <cassandra.version> in $here/pom.xml"
 
 # lock serialises start, stop and fetch between concurrent callers. fd 9 must
-# not leak into Cassandra (launch closes it), or Cassandra would hold the lock.
+# not leak into Cassandra (launch closes every descriptor above 2), or
+# Cassandra would hold the lock.
 lock() {
   mkdir -p "$(dirname "$1")"
   exec 9>"$1"
@@ -293,9 +294,14 @@ launch() {
   rm -f "$pidfile"
   # setsid: a Ctrl-C or a killed process group of the caller does not reach
   # Cassandra; the inner shell writes its own pid, which exec hands to java.
-  setsid -f bash -c 'echo $$ >"$1"; shift; exec nohup "$@"' _ "$pidfile" \
+  # It closes every descriptor above 2 first: a lock a caller holds (ours, or
+  # flock(1)'s around a test run) is released when the caller
+  # ends, not when Cassandra does.
+  setsid -f bash -c 'echo $$ >"$1"; shift
+    for fd in /proc/$$/fd/*; do fd=${fd##*/}; if ((fd > 2)); then eval "exec $fd>&-"; fi; done
+    exec nohup "$@"' _ "$pidfile" \
     "$java" "${opts[@]}" -cp "$lib/*" org.apache.cassandra.service.CassandraDaemon \
-    </dev/null >"$logfile" 2>&1 9>&-
+    </dev/null >"$logfile" 2>&1
   local i
   for i in $(seq 50); do [ -s "$pidfile" ] && return 0; sleep 0.1; done
   die "Cassandra did not start (no pid file $pidfile); log: $logfile"
