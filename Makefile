@@ -32,7 +32,8 @@ demo:
 # test runs everything CI runs: lint, unit and race tests (with the Redis and
 # Prometheus it installs), a bounded fuzz run of every fuzz target, and the integration
 # tests against a real Cassandra with gocql, ScyllaDB's gocql fork and the
-# Python, Node, Java and Rust drivers, three cqlguard processes coordinated through Redis, the
+# Python, Node, Java and Rust drivers, a three-node Cassandra cluster
+# (test/cassandra/cluster.sh, started when a test needs it), three cqlguard processes coordinated through Redis, the
 # Grafana dashboard's queries and the alerting rules against a real
 # Prometheus, the Kubernetes manifests decoded strictly, and cqlguard top
 # driven under tmux.

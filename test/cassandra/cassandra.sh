@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
 # Fetches, configures, starts and stops a single-node Apache Cassandra 5.0 for
-# the tests and the demo, bound entirely to one loopback address.
+# the tests and the demo, bound entirely to one loopback address; or, with
+# CASSANDRA_SEEDS and CASSANDRA_CLUSTER_NAME, one node of a cluster
+# (test/cassandra/cluster.sh starts three).
 #
 #   cassandra.sh fetch          download Cassandra's jars from Maven Central (once)
 #   cassandra.sh start          start it (fetching first) and wait until logins work
+#                               (or, with CASSANDRA_READY=port, until the native
+#                               port is open)
 #   cassandra.sh stop [--wipe]  stop it; --wipe also deletes its data
 #   cassandra.sh wipe           same as stop --wipe
 #   cassandra.sh status         exit 0 if it runs and answers
 #   cassandra.sh pid            print its process id, if it runs
 #   cassandra.sh cqlsh-check    log in as cassandra/cassandra, print release_version
+#   cassandra.sh ring N         exit 0 if it answers and sees N nodes UP, itself included
 #   cassandra.sh ca             print the path of the CA certificate (PEM) of the node's TLS
 #
 # Environment (defaults in brackets):
-#   CASSANDRA_ADDR [127.0.0.2]  listen, rpc and seed address (any 127.x works on Linux)
+#   CASSANDRA_ADDR [127.0.0.2]  listen and rpc address (any 127.x works on Linux)
 #   CASSANDRA_PORT [9042]       native (CQL) port
 #   CASSANDRA_STORAGE_PORT [7000]  internode port, on CASSANDRA_ADDR
 #   CASSANDRA_JMX_PORT []       JMX on 127.0.0.1:<port>; empty means no JMX (no nodetool)
 #   CASSANDRA_HEAP [1G]         -Xms/-Xmx
-#   CASSANDRA_START_TIMEOUT [180]  seconds start waits for a login to work
+#   CASSANDRA_CLUSTER_NAME [cqlguard-test]  cluster_name; fixed once the data exists
+#   CASSANDRA_SEEDS [<addr>:<storage port>]  seeds, host:port separated by commas
+#   CASSANDRA_NUM_TOKENS [16]   num_tokens; fixed once the data exists
+#   CASSANDRA_TOKEN_ALLOCATION_RF []  allocate_tokens_for_local_replication_factor:
+#                               a node joining a ring picks tokens that balance
+#                               ownership at that replication factor; empty:
+#                               random tokens
+#   CASSANDRA_AUTH_CACHE_VALIDITY []  how long the node keeps a login's roles,
+#                               permissions and credentials before reading
+#                               system_auth again (roles_validity and the
+#                               others, a duration such as 1h); empty:
+#                               Cassandra's 2s
+#   CASSANDRA_JVM_OPTS []       more JVM options, after the script's own, so that
+#                               a -D here wins (-Dcassandra.ring_delay_ms=5000)
+#   CASSANDRA_START_TIMEOUT [180]  seconds start waits for the node to be ready
+#   CASSANDRA_READY [login]     what start waits for: login, or port (the native
+#                               port is open, which Cassandra opens once it has
+#                               joined its ring): a node of a cluster may need
+#                               others for a login, as system_auth has one replica
 #   CQLGUARD_CACHE [~/.cache/cqlguard]  jars, probe binary and default data
 #   CASSANDRA_DATA [$CQLGUARD_CACHE/data-<addr>-<port>]  data, cassandra.yaml,
 #                               cassandra.log and cassandra.pid
@@ -37,7 +60,14 @@ port=${CASSANDRA_PORT:-9042}
 storage_port=${CASSANDRA_STORAGE_PORT:-7000}
 jmx_port=${CASSANDRA_JMX_PORT:-}
 heap=${CASSANDRA_HEAP:-1G}
+cluster_name=${CASSANDRA_CLUSTER_NAME:-cqlguard-test}
+seeds=${CASSANDRA_SEEDS:-$addr:$storage_port}
+num_tokens=${CASSANDRA_NUM_TOKENS:-16}
+token_allocation_rf=${CASSANDRA_TOKEN_ALLOCATION_RF:-}
+auth_cache_validity=${CASSANDRA_AUTH_CACHE_VALIDITY:-}
+read -r -a jvm_opts <<<"${CASSANDRA_JVM_OPTS:-}"
 start_timeout=${CASSANDRA_START_TIMEOUT:-180}
+ready_when=${CASSANDRA_READY:-login}
 cache=${CQLGUARD_CACHE:-$HOME/.cache/cqlguard}
 version=$(sed -n 's:.*<cassandra.version>\(.*\)</cassandra.version>.*:\1:p' "$here/pom.xml")
 home="$cache/cassandra-$version"
@@ -55,7 +85,8 @@ die() { echo "cassandra.sh: $*" >&2; exit 1; }
 [ -n "$version" ] || die "no <cassandra.version> in $here/pom.xml"
 
 # lock serialises start, stop and fetch between concurrent callers. fd 9 must
-# not leak into Cassandra (launch closes it), or Cassandra would hold the lock.
+# not leak into Cassandra (launch closes every descriptor above 2), or
+# Cassandra would hold the lock.
 lock() {
   mkdir -p "$(dirname "$1")"
   exec 9>"$1"
@@ -179,6 +210,19 @@ answers() {
   "$probe" -addr "$addr:$port" >/dev/null 2>&1
 }
 
+# ring n: the node answers and sees n nodes UP, itself included (the probe's
+# -nodes says how it tells).
+ring() {
+  [[ "${1:-}" =~ ^[1-9][0-9]*$ ]] || die "usage: cassandra.sh ring N"
+  if ! running; then
+    echo "cassandra.sh: not running (data $data)" >&2
+    return 1
+  fi
+  port_open "$addr" "$port" || { echo "cassandra.sh: nothing listens on $addr:$port yet" >&2; return 1; }
+  build_probe
+  "$probe" -addr "$addr:$port" -nodes "$1" >/dev/null
+}
+
 # --- start -------------------------------------------------------------------
 
 write_config() {
@@ -188,16 +232,24 @@ write_config() {
   rm -rf "$tlsdir"
   "$certs" -dir "$tlsdir" -hosts "$addr,localhost" || die "writing the TLS certificates to $tlsdir failed"
   # num_tokens must not change once a data directory exists.
+  local allocation= auth_caches=
+  [ -z "$token_allocation_rf" ] || allocation="allocate_tokens_for_local_replication_factor: $token_allocation_rf"
+  if [ -n "$auth_cache_validity" ]; then
+    auth_caches="roles_validity: $auth_cache_validity
+permissions_validity: $auth_cache_validity
+credentials_validity: $auth_cache_validity"
+  fi
   cat >"$data/cassandra.yaml" <<YAML
 # Written by test/cassandra/cassandra.sh on every start; edits are lost.
-cluster_name: cqlguard-test
-num_tokens: 16
+cluster_name: $cluster_name
+num_tokens: $num_tokens
+$allocation
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "$addr:$storage_port"
+      - seeds: "$seeds"
 listen_address: $addr
 rpc_address: $addr
 storage_port: $storage_port
@@ -208,6 +260,7 @@ native_transport_max_requests_per_second: 1000000
 authenticator: PasswordAuthenticator
 authorizer: CassandraAuthorizer
 role_manager: CassandraRoleManager
+$auth_caches
 data_file_directories: [$data/data]
 commitlog_directory: $data/commitlog
 saved_caches_directory: $data/saved_caches
@@ -290,17 +343,19 @@ launch() {
   if [ -n "$jmx_port" ]; then
     opts+=(-Dcassandra.jmx.local.port="$jmx_port" -Djava.rmi.server.hostname=127.0.0.1)
   fi
+  # Last: of a property given twice, Java keeps the last.
+  opts+=("${jvm_opts[@]}")
   rm -f "$pidfile"
   # setsid: a Ctrl-C or a killed process group of the caller does not reach
-  # Cassandra; the inner shell writes its own pid, which exec hands to java,
-  # and closes every descriptor past stderr first: one inherited from the
-  # caller (a lock a test runner holds with flock, say) would be held for
-  # as long as Cassandra runs.
+  # Cassandra; the inner shell writes its own pid, which exec hands to java.
+  # It closes every descriptor above 2 first: a lock a caller holds (ours,
+  # cluster.sh's, flock(1)'s around a test run) is released when the caller
+  # ends, not when Cassandra does.
   setsid -f bash -c 'echo $$ >"$1"; shift
-    for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null
+    for fd in /proc/$$/fd/*; do fd=${fd##*/}; if ((fd > 2)); then eval "exec $fd>&-"; fi; done
     exec nohup "$@"' _ "$pidfile" \
     "$java" "${opts[@]}" -cp "$lib/*" org.apache.cassandra.service.CassandraDaemon \
-    </dev/null >"$logfile" 2>&1 9>&-
+    </dev/null >"$logfile" 2>&1
   local i
   for i in $(seq 50); do [ -s "$pidfile" ] && return 0; sleep 0.1; done
   die "Cassandra did not start (no pid file $pidfile); log: $logfile"
@@ -317,10 +372,19 @@ show_log() {
   fi
 }
 
-# wait_ready waits until a login works, the process dies or the time is up.
+# ready: what start waits for (CASSANDRA_READY) holds.
+ready() {
+  case "$ready_when" in
+    login) answers ;;
+    port) port_open "$addr" "$port" ;;
+    *) die "CASSANDRA_READY is login or port, not $ready_when" ;;
+  esac
+}
+
+# wait_ready waits until the node is ready, the process dies or the time is up.
 wait_ready() {
   local deadline=$((SECONDS + start_timeout))
-  until answers; do
+  until ready; do
     if ! running; then
       show_log
       rm -f "$pidfile"
@@ -329,7 +393,9 @@ wait_ready() {
     if ((SECONDS >= deadline)); then
       show_log
       stop_locked
-      die "Cassandra did not accept a login on $addr:$port within $start_timeout s, stopped it; log: $logfile"
+      local what="accept a login"
+      [ "$ready_when" != port ] || what="open its native port"
+      die "Cassandra did not $what on $addr:$port within $start_timeout s, stopped it; log: $logfile"
     fi
     sleep 1
   done
@@ -342,7 +408,7 @@ start() {
   lock "$lockfile"
   if running; then
     # Ours and alive: a no-op, or still booting: wait for it.
-    answers || wait_ready
+    ready || wait_ready
     return 0
   fi
   [ "$port" != "$storage_port" ] || die "CASSANDRA_PORT and CASSANDRA_STORAGE_PORT are both $port"
@@ -424,8 +490,9 @@ case "${1:-}" in
   status) status ;;
   pid) running || die "not running (data $data)"; cat "$pidfile" ;;
   cqlsh-check) cqlsh_check ;;
+  ring) shift; ring "$@" ;;
   ca)
     [ -f "$tlsdir/ca.pem" ] || die "no $tlsdir/ca.pem: start Cassandra (a Cassandra started by an older cassandra.sh has no TLS: stop it first)"
     echo "$tlsdir/ca.pem" ;;
-  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|wipe|status|pid|cqlsh-check|ca" ;;
+  *) die "usage: cassandra.sh fetch|start|stop [--wipe]|wipe|status|pid|cqlsh-check|ring N|ca" ;;
 esac

@@ -2,8 +2,10 @@
 // Apache Cassandra 5, started by test/cassandra/cassandra.sh. The tests run
 // when CQLGUARD_INTEGRATION=1 (make test sets it) and skip otherwise.
 //
-// A run that selects only tests in front of the fake node (withoutCassandra)
-// starts no Cassandra.
+// A run that selects only tests in front of the fake node or against the
+// three-node cluster (withoutCassandra) starts no single node. The cluster,
+// test/cassandra/cluster.sh on 127.0.1.1 to 127.0.1.3, starts when the
+// first test asks for it (useCluster) and stops after the run.
 //
 // Cassandra listens on 127.0.0.2:9042 and the proxy on 127.0.0.1:9042: a
 // driver that slipped past the proxy would dial 127.0.0.2, which the tests
@@ -59,15 +61,20 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	flag.Parse()
-	if !needsCassandra() {
-		os.Exit(m.Run())
+	var code int
+	if needsCassandra() {
+		code = runWithCassandra(m)
+	} else {
+		code = m.Run()
 	}
-	os.Exit(runWithCassandra(m))
+	stopClusterIfUsed()
+	os.Exit(code)
 }
 
-// withoutCassandra are the tests that run in front of the fake node: a
-// -run that selects none but these starts no Cassandra.
-var withoutCassandra = map[string]bool{"TestPrometheus": true, "TestScaleOut": true}
+// withoutCassandra are the tests that need no single node: those in front
+// of the fake node and those against the three-node cluster. A -run that
+// selects none but these starts no single node.
+var withoutCassandra = map[string]bool{"TestPrometheus": true, "TestScaleOut": true, "TestClusterCounters": true}
 
 // needsCassandra reports whether -run selects a test of this package that
 // is not in withoutCassandra, or cannot tell. The tests' names come from
