@@ -167,11 +167,10 @@ func routingPaths(hosts []string, ks string, shuffle bool) []routingPath {
 		c := gocql.NewCluster(hosts...)
 		c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
 		c.Timeout = 30 * time.Second
-		var opts []func(*gocql.TokenAwareHostPolicyOptions)
+		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
 		if shuffle {
-			opts = append(opts, gocql.ShuffleReplicas())
+			c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy(), gocql.ShuffleReplicas())
 		}
-		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy(), opts...)
 		s, err := c.CreateSession()
 		if err != nil {
 			t.Fatal(err)
