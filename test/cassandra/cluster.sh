@@ -54,9 +54,13 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 # node i cmd...: runs cassandra.sh cmd for the i-th node.
 node() {
-  local i=$1 jvm=
+  local i=$1
   shift
-  ((i == 0)) || jvm=-Dcassandra.ring_delay_ms=$ring_delay
+  # A node retries setting up the superuser every superuser_setup_delay_ms
+  # until the nodes it knows are up: cassandra.sh's 0 would spin, writing
+  # millions of log lines while the others start.
+  local jvm=-Dcassandra.superuser_setup_delay_ms=1000
+  ((i == 0)) || jvm+=" -Dcassandra.ring_delay_ms=$ring_delay"
   CASSANDRA_ADDR=${addrs[$i]} \
     CASSANDRA_PORT=$port \
     CASSANDRA_STORAGE_PORT=$storage_port \
@@ -68,7 +72,7 @@ node() {
     CASSANDRA_TOKEN_ALLOCATION_RF=$allocation_rf \
     CASSANDRA_AUTH_CACHE_VALIDITY=$auth_cache_validity \
     CASSANDRA_READY=port \
-    CASSANDRA_JVM_OPTS=$jvm \
+    CASSANDRA_JVM_OPTS="$jvm" \
     bash "$here/cassandra.sh" "$@"
 }
 

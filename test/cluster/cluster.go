@@ -23,9 +23,9 @@ const Port = 9042
 func Hosts() []string { return []string{"127.0.1.1", "127.0.1.2", "127.0.1.3"} }
 
 // Start starts the cluster unless it runs, and returns once every node
-// sees every node UP; the script's output goes to out. From cold it takes
-// about a minute on two cores, from existing data about half that, and
-// a few seconds when the cluster runs.
+// sees every node UP; the script's output goes to out. On two cores it
+// takes about a minute from cold, a little less from existing data, and
+// under a second when the cluster runs.
 func Start(ctx context.Context, out io.Writer) error {
 	return script(ctx, out, "start")
 }
