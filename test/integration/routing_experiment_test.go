@@ -22,6 +22,8 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/cqlguard/cqlguard/test/cluster"
 )
 
 // skipUnlessExperiment skips a routing experiment unless asked for.
@@ -167,6 +169,9 @@ func routingPaths(hosts []string, ks string, shuffle bool) []routingPath {
 		c := gocql.NewCluster(hosts...)
 		c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
 		c.Timeout = 30 * time.Second
+		// ONE, so that a read runs on the replica chosen alone: at gocql's
+		// default, QUORUM, it would wait on a second replica either way.
+		c.Consistency = gocql.One
 		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
 		if shuffle {
 			c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy(), gocql.ShuffleReplicas())
@@ -190,6 +195,7 @@ schema:
 			s := sessionThrough(t, "127.0.0.1:"+fp.port, func(c *gocql.ClusterConfig) {
 				c.NumConns = 2
 				c.Timeout = 30 * time.Second
+				c.Consistency = gocql.One
 			})
 			if routed {
 				waitRouted(t, s, fp, ks+".kv")
@@ -253,7 +259,11 @@ func TestRoutingCost(t *testing.T) {
 func TestRoutedTail(t *testing.T) {
 	skipUnlessExperiment(t)
 	hosts := useCluster(t)
-	const ks, keys, rounds = "cqlguard_routing_tail", 10000, 3
+	const ks, keys = "cqlguard_routing_tail", 10000
+	rounds := 3
+	if n, err := strconv.Atoi(os.Getenv("CQLGUARD_ROUTING_ROUNDS")); err == nil {
+		rounds = n
+	}
 	experimentKeyspace(t, hosts, ks, 3, keys)
 	slow := nodePid(t, hosts[2])
 	all := routingPaths(hosts, ks, true)
@@ -266,12 +276,31 @@ func TestRoutedTail(t *testing.T) {
 				s, done := p.session(t)
 				defer done()
 				runLoad(t, s, ks+".kv", keys, 8, false, 3*time.Second) // warm-up
+				counts, err := cluster.NewReader(gocql.PasswordAuthenticator{Username: user, Password: password}, hosts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer counts.Close()
+				before, err := counts.Snapshot(context.Background(), ks)
+				if err != nil {
+					t.Fatal(err)
+				}
 				ctx, stop := context.WithCancel(context.Background())
 				var bursts sync.WaitGroup
 				bursts.Go(func() { stopBursts(ctx, slow, 50*time.Millisecond, 250*time.Millisecond) })
 				lat := runLoad(t, s, ks+".kv", keys, 8, false, 20*time.Second)
 				stop()
 				bursts.Wait()
+				after, err := counts.Snapshot(context.Background(), ks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := after.Since(before)
+				table := cluster.Table{Keyspace: ks, Name: "kv"}
+				for _, h := range hosts {
+					c := d[h].Tables[table]
+					t.Logf("%s: coordinated %d reads, served %d", h, c.CoordinatorReads, c.LocalReads)
+				}
 				r := &results[i]
 				r.p99 = append(r.p99, float64(quantile(lat, 0.99).Microseconds())/1000)
 				r.p999 = append(r.p999, float64(quantile(lat, 0.999).Microseconds())/1000)
