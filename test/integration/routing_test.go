@@ -110,7 +110,7 @@ func waitRouted(t *testing.T, s *gocql.Session, fp *fileProxy, table string) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		var v int
-		err := s.Query("SELECT v FROM "+table+" WHERE k = 1").Scan(&v)
+		err := s.Query("SELECT v FROM " + table + " WHERE k = 1").Scan(&v)
 		if err != nil && err != gocql.ErrNotFound {
 			t.Fatal(err)
 		}
