@@ -129,7 +129,8 @@ func (u *upstreamRing) Stale() {
 // ringRetry is how soon a ring that failed to load is read again.
 const ringRetry = time.Second
 
-// run reads the ring until ctx ends.
+// run reads the ring until ctx ends. A ring read with parts left out is
+// used; one not read at all leaves the last one in place.
 func (u *upstreamRing) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -147,7 +148,7 @@ func (u *upstreamRing) run(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil:
+		case r == nil:
 			// Said once until it is read again; tried again soon.
 			ev := u.log.Debug()
 			if !u.failing {
@@ -162,6 +163,11 @@ func (u *upstreamRing) run(ctx context.Context) {
 			u.cur.Store(newRingView(r, u.local, resolved(u.upstreams)))
 			if first {
 				u.log.Info().Int("nodes", len(r.Nodes())).Int("tokens", r.Tokens()).Msg("cluster ring read; routing requests to replicas")
+			}
+			if err != nil {
+				// A ring that leaves out what it could not read (a peer's
+				// row, a keyspace's strategy): those run unrouted.
+				u.log.Debug().Err(err).Msg("the cluster's ring leaves some out")
 			}
 		}
 		if !t.Stop() {
@@ -179,10 +185,17 @@ func (u *upstreamRing) run(ctx context.Context) {
 func (p *Proxy) startRing(src *upstreamSchema, then func()) func() {
 	u := &upstreamRing{
 		load: func(ctx context.Context) (r *ring.Ring, err error) {
+			var partial error
 			err = src.withSession(ctx, func(s *gocql.Session) error {
-				r, err = ringloader.New(s).Load(ctx)
-				return err
+				// Only a ring not read at all gives up on the session.
+				if r, partial = ringloader.New(s).Load(ctx); r == nil {
+					return partial
+				}
+				return nil
 			})
+			if err == nil {
+				err = partial
+			}
 			return r, err
 		},
 		local:     p.cfg.Routing.LocalDatacenter,

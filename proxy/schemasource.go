@@ -52,7 +52,9 @@ func (u *upstreamSchema) Load(ctx context.Context) (*schema.Snapshot, error) {
 }
 
 // withSession runs fn with the session the schema is read with, dialled
-// if need be, for others that read the upstreams' system tables.
+// if need be, for others that read the upstreams' system tables. A
+// session fn fails with is dialled afresh next time, as Load does: one
+// whose nodes all went away may never find them again.
 func (u *upstreamSchema) withSession(ctx context.Context, fn func(*gocql.Session) error) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -63,7 +65,12 @@ func (u *upstreamSchema) withSession(ctx context.Context, fn func(*gocql.Session
 		}
 		u.session = s
 	}
-	return fn(u.session)
+	err := fn(u.session)
+	if err != nil {
+		u.session.Close()
+		u.session = nil
+	}
+	return err
 }
 
 func (u *upstreamSchema) close() {

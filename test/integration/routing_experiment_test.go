@@ -335,3 +335,103 @@ func stopBursts(ctx context.Context, pid int, on, every time.Duration) {
 		syscall.Kill(pid, syscall.SIGCONT)
 	}
 }
+
+// TestRoutedNodeLost kills a replica (SIGKILL) under reads and writes at
+// replication factor 3 and consistency ONE through cqlguard routed, then
+// starts it again: only the requests in flight on it fail, and it
+// coordinates its share again within seconds of being back.
+func TestRoutedNodeLost(t *testing.T) {
+	skipUnlessExperiment(t)
+	hosts := useCluster(t)
+	const ks, keys, workers = "cqlguard_routing_lost", 10000, 8
+	experimentKeyspace(t, hosts, ks, 3, keys)
+	s, done := routingPaths(hosts, ks, true)[2].session(t)
+	defer done()
+	table := ks + ".kv"
+	var mu sync.Mutex
+	var answered, failed int
+	var firstErr error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := rand.IntN(keys)
+				var err error
+				if i%2 == 0 {
+					err = s.Query("INSERT INTO "+table+" (k, v) VALUES (?, ?)", k, i).Exec()
+				} else {
+					var v int
+					if err = s.Query("SELECT v FROM "+table+" WHERE k = ?", k).Scan(&v); err == gocql.ErrNotFound {
+						err = nil
+					}
+				}
+				mu.Lock()
+				if err != nil {
+					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+				} else {
+					answered++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	counts := func() (int, int) { mu.Lock(); defer mu.Unlock(); return answered, failed }
+	time.Sleep(5 * time.Second)
+	victim := hosts[2]
+	if err := syscall.Kill(nodePid(t, victim), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	a0, f0 := counts()
+	time.Sleep(10 * time.Second)
+	a1, f1 := counts()
+	t.Logf("%s killed: in the 10 s after, %d requests answered, %d failed (first: %v)", victim, a1-a0, f1-f0, firstErr)
+	if f1-f0 > workers {
+		t.Errorf("%d requests failed after the kill, want at most the %d in flight", f1-f0, workers)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := cluster.Start(ctx, os.Stdout); err != nil {
+		t.Fatal(err)
+	}
+	backAt := time.Now()
+	r, err := cluster.NewReader(gocql.PasswordAuthenticator{Username: user, Password: password}, victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	kv := cluster.Table{Keyspace: ks, Name: "kv"}
+	before, err := r.Snapshot(ctx, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		time.Sleep(200 * time.Millisecond)
+		now, err := r.Snapshot(ctx, ks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := now.Since(before)[victim].Tables[kv]
+		if c.Coordinated() >= 100 {
+			t.Logf("%s back %v after the kill; it coordinated %d requests within %v of being up",
+				victim, backAt.Sub(killedAt).Round(time.Second), c.Coordinated(), time.Since(backAt).Round(100*time.Millisecond))
+			break
+		}
+		if time.Since(backAt) > time.Minute {
+			t.Fatalf("%s coordinated %d requests in the minute after it was back", victim, c.Coordinated())
+		}
+	}
+	close(stop)
+	wg.Wait()
+	a2, f2 := counts()
+	t.Logf("in all: %d answered, %d failed", a2, f2)
+}
