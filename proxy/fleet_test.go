@@ -477,8 +477,11 @@ func TestReloadTrackedPartitionsWhileReporting(t *testing.T) {
 	}()
 
 	// sizeApplies reloads tracked_partitions to tracked, and waits until
-	// reports carry what a table of that size holds.
-	sizeApplies := func(tracked int, holds func(float64) bool) {
+	// reports carry what a table of that size holds: three in a row, or,
+	// with only set (what no other size could carry), any three, as a
+	// loaded machine may send too few requests for some reports to show
+	// it.
+	sizeApplies := func(tracked int, holds func(float64) bool, only bool) {
 		t.Helper()
 		old := p.settings.Load().fleet
 		if err := reload(p, file(tracked)); err != nil {
@@ -488,23 +491,25 @@ func TestReloadTrackedPartitionsWhileReporting(t *testing.T) {
 			t.Fatalf("tracked_partitions %d: the fleet's table was not replaced", tracked)
 		}
 		// A report that began before the reload may still be counted.
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for n := 0; n < 3; {
 			got := reported()
 			switch {
+			case got == 0 && !time.Now().After(deadline):
+				// A report of an interval with no request says nothing.
 			case holds(got):
 				n++
 			case time.Now().After(deadline):
 				t.Fatalf("tracked_partitions %d: reports carry %v partitions (%d requests so far)", tracked, got, sent.Load())
-			default:
+			case !only:
 				n = 0
 			}
 			time.Sleep(110 * time.Millisecond)
 		}
 	}
 	for range 3 {
-		sizeApplies(4, func(n float64) bool { return n > 0 && n <= 4 })
-		sizeApplies(1024, func(n float64) bool { return n > 4 })
+		sizeApplies(4, func(n float64) bool { return n > 0 && n <= 4 }, false)
+		sizeApplies(1024, func(n float64) bool { return n > 4 }, true)
 	}
 	// Reloads in quick succession, each report reading whichever table is
 	// current.
@@ -514,5 +519,5 @@ func TestReloadTrackedPartitionsWhileReporting(t *testing.T) {
 		}
 		time.Sleep(time.Duration(i%4) * 10 * time.Millisecond)
 	}
-	sizeApplies(4, func(n float64) bool { return n > 0 && n <= 4 })
+	sizeApplies(4, func(n float64) bool { return n > 0 && n <= 4 }, false)
 }
