@@ -163,7 +163,10 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	clientIn := transport.NewLazyReader(guard, guard.in, &p.reads)
 	u.from = frame.NewReader(u.in.Reader(), int(p.cfg.MaxFrameBytes))
 	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
-	u.load = p.loads.of(u.addr)
+	if p.ring != nil {
+		// What routing ranks replicas by; without it, nothing reads it.
+		u.load = p.loads.of(u.addr)
+	}
 	s := &session{
 		p:          p,
 		log:        log,
