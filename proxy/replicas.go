@@ -11,6 +11,7 @@ package proxy
 // time is estimated as the node's recent best latency.
 
 import (
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -131,27 +132,35 @@ const staleAfter = int64(500 * time.Millisecond)
 
 // nodeLoads are the loads of the nodes the proxy sent requests to, by
 // address.
+// The map is replaced, never changed: routing looks nodes up on every
+// request from every session, and a new node is rare, so a lookup takes no
+// lock and writes nothing others read.
 type nodeLoads struct {
-	mu sync.RWMutex
-	m  map[string]*nodeLoad
+	m  atomic.Pointer[map[string]*nodeLoad]
+	mu sync.Mutex // serializes replacing m
 }
 
 // of returns the load of the node at addr, made on first use.
 func (n *nodeLoads) of(addr string) *nodeLoad {
-	n.mu.RLock()
-	l := n.m[addr]
-	n.mu.RUnlock()
-	if l != nil {
-		return l
+	if m := n.m.Load(); m != nil {
+		if l := (*m)[addr]; l != nil {
+			return l
+		}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if l = n.m[addr]; l == nil {
-		if n.m == nil {
-			n.m = make(map[string]*nodeLoad)
+	old := n.m.Load()
+	if old != nil {
+		if l := (*old)[addr]; l != nil {
+			return l
 		}
-		l = &nodeLoad{addr: addr}
-		n.m[addr] = l
 	}
+	m := make(map[string]*nodeLoad, 1)
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	l := &nodeLoad{addr: addr}
+	m[addr] = l
+	n.m.Store(&m)
 	return l
 }
