@@ -376,10 +376,10 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 		return false
 	}
 	id := st.ID()
-	s.mu.Lock()
-	_, known := u.prepared[string(id)]
-	s.mu.Unlock()
-	if known {
+	if u.forget.Swap(false) {
+		clear(u.prepared)
+	}
+	if _, known := u.prepared[string(id)]; known {
 		return true
 	}
 	// A statement is prepared in the keyspace its connection was in, which
@@ -399,7 +399,6 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 		s.leave(u.at, s.now())
 		return false
 	}
-	s.mu.Lock()
 	if u.prepared == nil {
 		u.prepared = make(map[string]struct{})
 	}
@@ -413,7 +412,6 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 		}
 	}
 	u.prepared[string(id)] = struct{}{}
-	s.mu.Unlock()
 	return true
 }
 

@@ -372,7 +372,5 @@ func (s *session) forgetPrepared(u *upstream, f []byte, h frame.Header, comp fra
 	if len(body) < 4 || int32(binary.BigEndian.Uint32(body)) != frame.ErrCodeUnprepared {
 		return
 	}
-	s.mu.Lock()
-	clear(u.prepared)
-	s.mu.Unlock()
+	u.forget.Store(true)
 }

@@ -34,9 +34,11 @@ type upstream struct {
 	// last USE named it. Request path only.
 	keyspace []byte
 	// prepared are the ids of the statements the session prepared on the
-	// connection (legs.go), at most max_prepared_statements. Guarded by
-	// the session's mu.
+	// connection (legs.go), at most max_prepared_statements; request path
+	// only. forget is set by the response path when the node said it no
+	// longer knows one: the request path then forgets them all.
 	prepared map[string]struct{}
+	forget   atomic.Bool
 	// dead is set, under the session's mu, once the connection's response
 	// path has ended.
 	dead atomic.Bool
