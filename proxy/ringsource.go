@@ -6,6 +6,7 @@ package proxy
 import (
 	"context"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +36,7 @@ func newRingView(r *ring.Ring, local string, upstreams []string) *ringView {
 	}
 	if local == "" {
 		for i, n := range nodes {
-			if containsAddr(upstreams, v.addrs[i]) {
+			if slices.Contains(upstreams, v.addrs[i]) {
 				local = n.Datacenter
 				break
 			}
@@ -65,16 +66,6 @@ func resolved(addrs []string) []string {
 		}
 	}
 	return out
-}
-
-// containsAddr reports whether addrs holds addr.
-func containsAddr(addrs []string, addr string) bool {
-	for _, a := range addrs {
-		if a == addr {
-			return true
-		}
-	}
-	return false
 }
 
 // replicas appends to dst the addresses of the replicas of token t of
