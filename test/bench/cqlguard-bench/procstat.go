@@ -12,11 +12,9 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-)
 
-// clockTick is the unit of utime and stime in /proc/<pid>/stat: USER_HZ,
-// which Linux fixes at 100 on every architecture Go supports.
-const clockTick = 10 * time.Millisecond
+	"github.com/cqlguard/cqlguard/test/load"
+)
 
 // procSample is what the kernel says of a process at one moment.
 type procSample struct {
@@ -27,12 +25,9 @@ type procSample struct {
 // sampleProc reads /proc/<pid>/stat and /proc/<pid>/status.
 func sampleProc(pid int) (procSample, error) {
 	var s procSample
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	var err error
+	if s.cpu, err = load.CPUTime(pid); err != nil {
 		return s, err
-	}
-	if s.cpu, err = parseStatCPU(string(stat)); err != nil {
-		return s, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -40,26 +35,6 @@ func sampleProc(pid int) (procSample, error) {
 	}
 	s.rss, s.hwm = statusKB(string(status), "VmRSS:")*1024, statusKB(string(status), "VmHWM:")*1024
 	return s, nil
-}
-
-// parseStatCPU returns utime+stime from the text of /proc/<pid>/stat. The
-// command name, in parentheses, may hold spaces and parentheses, so fields
-// are counted from the last ')': utime and stime are fields 14 and 15.
-func parseStatCPU(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("no command name in %q", stat)
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("utime %q, stime %q are not numbers", f[11], f[12])
-	}
-	return time.Duration(utime+stime) * clockTick, nil
 }
 
 // statusKB returns the value of a "Key:   123 kB" line of
