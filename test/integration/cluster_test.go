@@ -60,29 +60,35 @@ func stopClusterIfUsed() {
 	}
 }
 
+// clusterKeyspace makes ks afresh on the cluster of hosts, at replication
+// factor rf (SimpleStrategy), with one table, kv (k int PRIMARY KEY, v int).
+func clusterKeyspace(t *testing.T, hosts []string, ks string, rf int) {
+	t.Helper()
+	c := gocql.NewCluster(hosts...)
+	c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
+	c.Timeout = 30 * time.Second
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, q := range []string{
+		"DROP KEYSPACE IF EXISTS " + ks,
+		fmt.Sprintf("CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}", ks, rf),
+		"CREATE TABLE " + ks + ".kv (k int PRIMARY KEY, v int)",
+	} {
+		if err := s.Query(q).Exec(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 func TestClusterCounters(t *testing.T) {
 	hosts := useCluster(t)
 	const ks = "cqlguard_cluster_counts"
 	table := cluster.Table{Keyspace: ks, Name: "kv"}
 	auth := gocql.PasswordAuthenticator{Username: user, Password: password}
-	setup := gocql.NewCluster(hosts...)
-	setup.Authenticator = auth
-	setup.Timeout = 30 * time.Second
-	s, err := setup.CreateSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
-		"DROP KEYSPACE IF EXISTS " + ks,
-		"CREATE KEYSPACE " + ks + " WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
-		"CREATE TABLE " + table.String() + " (k int PRIMARY KEY, v int)",
-	} {
-		if err := s.Query(q).Exec(); err != nil {
-			s.Close()
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	s.Close()
+	clusterKeyspace(t, hosts, ks, 1)
 
 	for _, tc := range []struct {
 		name   string

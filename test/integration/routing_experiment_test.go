@@ -24,6 +24,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/cqlguard/cqlguard/test/cluster"
+	"github.com/cqlguard/cqlguard/test/load"
 )
 
 // skipUnlessExperiment skips a routing experiment unless asked for.
@@ -58,35 +59,30 @@ func nodePid(t *testing.T, host string) int {
 // cpuTime returns the CPU time, user and system, the processes have used.
 func cpuTime(t *testing.T, pids []int) time.Duration {
 	t.Helper()
-	var ticks int64
+	var sum time.Duration
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		d, err := load.CPUTime(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Fields after the command, which is in parentheses: utime and
-		// stime are the 14th and 15th of the whole line.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + s
+		sum += d
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return sum
 }
 
 // runLoad runs reads (and writes, with write set) of random keys below keys
-// of table through s from workers goroutines for d, and returns each
-// request's latency.
-func runLoad(t *testing.T, s *gocql.Session, table string, keys, workers int, write bool, d time.Duration) []time.Duration {
+// of table through s from workers goroutines for d, and returns the
+// latencies of the requests answered.
+func runLoad(t *testing.T, s *gocql.Session, table string, keys, workers int, write bool, d time.Duration) *load.Latencies {
 	t.Helper()
 	var mu sync.Mutex
-	var all []time.Duration
+	all := load.NewLatencies()
 	var failed int
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			var lat []time.Duration
+			lat := load.NewLatencies()
 			bad := 0
 			for i := 0; time.Now().Before(stop); i++ {
 				k := rand.IntN(keys)
@@ -105,10 +101,10 @@ func runLoad(t *testing.T, s *gocql.Session, table string, keys, workers int, wr
 					bad++
 					continue
 				}
-				lat = append(lat, time.Since(start))
+				lat.Record(time.Since(start))
 			}
 			mu.Lock()
-			all = append(all, lat...)
+			all.Merge(lat)
 			failed += bad
 			mu.Unlock()
 		})
@@ -117,22 +113,17 @@ func runLoad(t *testing.T, s *gocql.Session, table string, keys, workers int, wr
 	if failed > 0 {
 		t.Logf("%d requests failed", failed)
 	}
-	slices.Sort(all)
 	return all
 }
 
-// quantile returns the q quantile of sorted.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
-}
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// experimentKeyspace creates ks at replication factor rf with table kv
+// experimentKeyspace makes ks at replication factor rf with table kv
 // (k int PRIMARY KEY, v int), holding keys 0 to keys−1.
 func experimentKeyspace(t *testing.T, hosts []string, ks string, rf, keys int) {
 	t.Helper()
+	clusterKeyspace(t, hosts, ks, rf)
 	c := gocql.NewCluster(hosts...)
 	c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
 	c.Timeout = 30 * time.Second
@@ -141,15 +132,6 @@ func experimentKeyspace(t *testing.T, hosts []string, ks string, rf, keys int) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for _, q := range []string{
-		"DROP KEYSPACE IF EXISTS " + ks,
-		fmt.Sprintf("CREATE KEYSPACE %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}", ks, rf),
-		"CREATE TABLE " + ks + ".kv (k int PRIMARY KEY, v int)",
-	} {
-		if err := s.Query(q).Exec(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
 	if err := readWrite(s, ks+".kv", keys); err != nil {
 		t.Fatal(err)
 	}
@@ -234,13 +216,13 @@ func TestRoutingCost(t *testing.T) {
 				cpu0 := cpuTime(t, pids)
 				lat := runLoad(t, s, ks+".kv", keys, 8, true, 15*time.Second)
 				cpu := cpuTime(t, pids) - cpu0
-				perK := float64(cpu.Microseconds()) / float64(len(lat)) // µs per request
+				perK := float64(cpu.Microseconds()) / float64(lat.Count()) // µs per request
 				r := &results[i]
 				r.cpu = append(r.cpu, perK)
-				r.p50 = append(r.p50, float64(quantile(lat, 0.5).Microseconds())/1000)
-				r.p99 = append(r.p99, float64(quantile(lat, 0.99).Microseconds())/1000)
+				r.p50 = append(r.p50, ms(lat.Percentile(50)))
+				r.p99 = append(r.p99, ms(lat.Percentile(99)))
 				t.Logf("%s: %d requests, cluster CPU %.0f µs per request, p50 %.2f ms, p99 %.2f ms",
-					p.name, len(lat), perK, r.p50[len(r.p50)-1], r.p99[len(r.p99)-1])
+					p.name, lat.Count(), perK, r.p50[len(r.p50)-1], r.p99[len(r.p99)-1])
 			})
 		}
 	}
@@ -302,10 +284,10 @@ func TestRoutedTail(t *testing.T) {
 					t.Logf("%s: coordinated %d reads, served %d", h, c.CoordinatorReads, c.LocalReads)
 				}
 				r := &results[i]
-				r.p99 = append(r.p99, float64(quantile(lat, 0.99).Microseconds())/1000)
-				r.p999 = append(r.p999, float64(quantile(lat, 0.999).Microseconds())/1000)
-				t.Logf("%s: %d reads, p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", p.name, len(lat),
-					float64(quantile(lat, 0.5).Microseconds())/1000, r.p99[len(r.p99)-1], r.p999[len(r.p999)-1])
+				r.p99 = append(r.p99, ms(lat.Percentile(99)))
+				r.p999 = append(r.p999, ms(lat.Percentile(99.9)))
+				t.Logf("%s: %d reads, p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", p.name, lat.Count(),
+					ms(lat.Percentile(50)), r.p99[len(r.p99)-1], r.p999[len(r.p999)-1])
 			})
 		}
 	}

@@ -23,24 +23,7 @@ func TestRoutedToReplicas(t *testing.T) {
 	const ks = "cqlguard_routing"
 	table := cluster.Table{Keyspace: ks, Name: "kv"}
 	auth := gocql.PasswordAuthenticator{Username: user, Password: password}
-	setup := gocql.NewCluster(hosts...)
-	setup.Authenticator = auth
-	setup.Timeout = 30 * time.Second
-	s, err := setup.CreateSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{
-		"DROP KEYSPACE IF EXISTS " + ks,
-		"CREATE KEYSPACE " + ks + " WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
-		"CREATE TABLE " + table.String() + " (k int PRIMARY KEY, v int)",
-	} {
-		if err := s.Query(q).Exec(); err != nil {
-			s.Close()
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	s.Close()
+	clusterKeyspace(t, hosts, ks, 1)
 
 	for _, tc := range []struct {
 		name             string
