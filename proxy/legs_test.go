@@ -43,22 +43,8 @@ func benchSnapshot(t testing.TB) *schema.Snapshot {
 // driver connected to sees none of them.
 func TestRoutedToReplica(t *testing.T) {
 	t.Parallel()
-	opts := fakenode.Options{Username: "app", Password: "secret"}
-	var nodes [3]*fakenode.Node
-	for i := range nodes {
-		n, err := fakenode.Start("127.0.0.1:0", opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Close)
-		nodes[i] = n
-	}
-	ring := splitRing{low: nodes[1].Addr(), high: nodes[2].Addr()}
-	cfg := config.Default()
-	cfg.Admin.Listen = ""
-	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
-	cfg.DialTimeout = config.Duration(time.Second)
-	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}), WithRing(ring))
+	nodes := startNodes(t, 3, fakenode.Options{Username: "app", Password: "secret"})
+	_, addr := routedProxy(t, nodes[0].Addr(), splitRing{low: nodes[1].Addr(), high: nodes[2].Addr()})
 
 	const keys = 100
 	low := 0
@@ -182,20 +168,8 @@ func proxyGoroutines() int {
 func TestIdleLegMemory(t *testing.T) {
 	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
 	runtime.MemProfileRate = 1
-	var nodes [3]*fakenode.Node
-	for i := range nodes {
-		n, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Close)
-		nodes[i] = n
-	}
-	cfg := config.Default()
-	cfg.Admin.Listen = ""
-	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
-	p, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}),
-		WithRing(splitRing{low: nodes[1].Addr(), high: nodes[2].Addr()}))
+	nodes := startNodes(t, 3, fakenode.Options{})
+	p, addr := routedProxy(t, nodes[0].Addr(), splitRing{low: nodes[1].Addr(), high: nodes[2].Addr()})
 	const n = 100
 	// cost opens n sessions and has each read the keys, and returns the
 	// proxy's heap per session once they are idle.
@@ -230,4 +204,31 @@ func TestIdleLegMemory(t *testing.T) {
 	if leg > one {
 		t.Errorf("an idle connection to another node costs %.0f B of heap, more than a whole session with one (%.0f B)", leg, one)
 	}
+}
+
+// startNodes starts n fake nodes with opts, closed when the test ends.
+func startNodes(t *testing.T, n int, opts fakenode.Options) []*fakenode.Node {
+	t.Helper()
+	nodes := make([]*fakenode.Node, n)
+	for i := range nodes {
+		node, err := fakenode.Start("127.0.0.1:0", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
+		nodes[i] = node
+	}
+	return nodes
+}
+
+// routedProxy serves, until the test ends, a proxy whose one upstream is
+// up and that routes by ring, with bench.kv's schema, and returns it and
+// its address.
+func routedProxy(t *testing.T, up string, ring Ring) (*Proxy, string) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{up}
+	cfg.DialTimeout = config.Duration(time.Second)
+	return serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}), WithRing(ring))
 }

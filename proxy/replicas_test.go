@@ -7,9 +7,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
@@ -57,20 +55,8 @@ func (r bothRing) Replicas(dst []string, keyspace string, token int64) []string 
 // back once it recovers.
 func TestSlowReplicaAvoided(t *testing.T) {
 	t.Parallel()
-	var nodes [3]*fakenode.Node
-	for i := range nodes {
-		n, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(n.Close)
-		nodes[i] = n
-	}
-	cfg := config.Default()
-	cfg.Admin.Listen = ""
-	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
-	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}),
-		WithRing(bothRing{first: nodes[1].Addr(), second: nodes[2].Addr()}))
+	nodes := startNodes(t, 3, fakenode.Options{})
+	_, addr := routedProxy(t, nodes[0].Addr(), bothRing{first: nodes[1].Addr(), second: nodes[2].Addr()})
 	cluster := gocql.NewCluster(addr)
 	cluster.NumConns = 4
 	s, err := cluster.CreateSession()
@@ -122,25 +108,9 @@ func TestSlowReplicaAvoided(t *testing.T) {
 // its share back once it is up again.
 func TestReplicaLost(t *testing.T) {
 	t.Parallel()
-	var nodes [3]*fakenode.Node
-	for i := range nodes {
-		n, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = n
-	}
+	nodes := startNodes(t, 3, fakenode.Options{})
 	lostAddr := nodes[1].Addr()
-	t.Cleanup(func() {
-		nodes[0].Close()
-		nodes[2].Close()
-	})
-	cfg := config.Default()
-	cfg.Admin.Listen = ""
-	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
-	cfg.DialTimeout = config.Duration(time.Second)
-	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{benchSnapshot(t)}),
-		WithRing(bothRing{first: lostAddr, second: nodes[2].Addr()}))
+	_, addr := routedProxy(t, nodes[0].Addr(), bothRing{first: lostAddr, second: nodes[2].Addr()})
 	cluster := gocql.NewCluster(addr)
 	cluster.NumConns = 4
 	s, err := cluster.CreateSession()
@@ -149,8 +119,8 @@ func TestReplicaLost(t *testing.T) {
 	}
 	defer s.Close()
 	const workers = 8
-	// run reads from every worker until stop is closed, and returns how
-	// many failed.
+	// Every worker reads until stop is closed, counting what it did and
+	// what failed.
 	var failed, done atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
