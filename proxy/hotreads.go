@@ -412,8 +412,15 @@ func (s *session) clientStall(waiting bool) {
 		return
 	}
 	// Counted before the table is looked at under s.mu: a flight begun
-	// after that look sees the count (serveRequests).
+	// after that look sees the count (serveRequests), as a request sent
+	// after it is not counted in its node's load (sentOn).
 	s.clientWaits.Add(1<<32 + 1)
+	s.mu.Lock()
+	s.uncount(s.up)
+	for _, u := range s.legs {
+		s.uncount(u)
+	}
+	s.mu.Unlock()
 	hr := s.p.hotReads
 	if hr == nil {
 		return

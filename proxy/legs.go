@@ -473,6 +473,7 @@ func (s *session) serveLeg(u *upstream) {
 	// failInFlight looks.
 	u.dead.Store(true)
 	s.legs = slices.DeleteFunc(s.legs, func(l *upstream) bool { return l == u })
+	s.uncount(u)
 	s.mu.Unlock()
 	switch {
 	case err == nil:

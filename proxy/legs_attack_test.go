@@ -20,6 +20,7 @@ import (
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/schema"
+	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
 // Regression tests for what an attacker found in routing (legs.go): the
@@ -821,4 +822,79 @@ func TestLegsStrayFrameDropped(t *testing.T) {
 	if stream, _, _, err := c.next(); err != nil || stream != 10 {
 		t.Fatalf("then stream %d, %v; want 10", stream, err)
 	}
+}
+
+// A client that leaves with requests in flight, on its connection's node or
+// on another, leaves no trace in those nodes' loads, which every session
+// ranks replicas by: its requests are counted in flight no longer.
+func TestLegsLoadGivenBackWhenClientLeaves(t *testing.T) {
+	t.Parallel()
+	for _, onUp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("on up %t", onUp), func(t *testing.T) {
+			t.Parallel()
+			up, leg := startLegNode(t), startLegNode(t)
+			held := leg
+			if onUp {
+				held = up
+			}
+			held.set(func(n *legNode) { n.hold = "hold" })
+			p, addr, _ := startLegsProxy(t, up.addr(), fixedRing{held.addr()}, nil)
+			c := dialStub(t, addr)
+			c.c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.write(append(stubQuery(1, "SELECT hold FROM bench.kv WHERE k = 1"), stubQuery(2, "SELECT hold FROM bench.kv WHERE k = 2")...))
+			held.waitHeld(t, 2)
+			load := p.loads.of(held.addr())
+			if n := load.inflight.Load(); n != 2 {
+				t.Fatalf("%d requests counted in flight on the node, want 2", n)
+			}
+			c.c.Close()
+			waitUntil(t, "the session to end", func() bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return len(p.sessions) == 0
+			})
+			if n := load.inflight.Load(); n != 0 {
+				t.Errorf("%d requests of a client that left still counted in flight on the node", n)
+			}
+			held.release()
+		})
+	}
+}
+
+// A client that stops reading, with answers from a replica piling up for
+// it, does not make that replica look busy to other sessions: what it has
+// in flight there leaves the node's load once its writes wait, and what it
+// sends after is not counted.
+func TestLegsLoadOfClientNotReading(t *testing.T) {
+	t.Parallel()
+	up, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	replica, err := fakenode.Start("127.0.0.1:0", fakenode.Options{RowBytes: 32 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Close)
+	p, addr, _ := startLegsProxy(t, up.Addr(), fixedRing{replica.Addr()}, func(c *config.Config) {
+		c.MaxBufferedBytes = 64 << 10
+	})
+	c := dialStub(t, addr)
+	var reads []byte
+	for i := range 200 {
+		reads = append(reads, readKV(int16(i+1), "bench.kv", i)...)
+	}
+	c.write(reads) // and read nothing
+	s := onlySession(t, p)
+	load := p.loads.of(replica.Addr())
+	waitUntil(t, "the client's writes to wait", s.clientWaiting)
+	waitUntil(t, "the replica's load to count none of them", func() bool { return load.inflight.Load() == 0 })
+	s.mu.Lock()
+	inflight := s.streams.inflight
+	s.mu.Unlock()
+	if inflight == 0 {
+		t.Fatal("no request in flight: the test shows nothing")
+	}
+	t.Logf("%d requests in flight for a client not reading, none counted in the replica's load", inflight)
 }

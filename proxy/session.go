@@ -316,6 +316,7 @@ func (s *session) giveBack() {
 	n := s.streams.inflight
 	ended, priced := s.takeUnanswered()
 	s.streams.inflight = 0
+	s.uncount(s.up) // the legs did as they ended
 	s.mu.Unlock()
 	s.endUnanswered(ended, priced)
 	s.p.inflight.Give(int64(n))
@@ -585,13 +586,25 @@ func (s *session) endUnanswered(ended, priced []request) {
 // of requests in flight. s.mu is held.
 func (s *session) endStream(id int16) (request, bool) {
 	r, ok := s.streams.end(id)
-	if ok && r.up != nil {
-		r.up.inflight--
-		if r.up.load != nil {
-			r.up.load.inflight.Add(-1)
+	if u := r.up; ok && u != nil {
+		u.inflight--
+		if u.counted > u.inflight {
+			u.counted--
+			u.load.inflight.Add(-1)
 		}
 	}
 	return r, ok
+}
+
+// uncount takes the requests in flight on u out of its node's load, which
+// other sessions rank replicas by: the session ends, or its client is not
+// reading, and their answers, whenever the node sends them, may wait in
+// the socket. s.mu is held.
+func (s *session) uncount(u *upstream) {
+	if u.counted > 0 {
+		u.load.inflight.Add(-int64(u.counted))
+		u.counted = 0
+	}
 }
 
 // sentOn records that the request r is sent on u. s.mu is held.
@@ -600,8 +613,9 @@ func (s *session) sentOn(r *request, u *upstream) {
 		u.activity++ // the node's silence counts from now
 	}
 	u.inflight++
-	if u.load != nil {
+	if u.load != nil && !s.clientWaiting() {
 		u.load.inflight.Add(1)
+		u.counted++
 	}
 	r.up = u
 }

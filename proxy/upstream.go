@@ -44,8 +44,10 @@ type upstream struct {
 	dead atomic.Bool
 
 	// inflight counts the requests sent on the connection and not yet
-	// answered. Guarded by the session's mu.
-	inflight int
+	// answered, and counted those of them its node's load counts (at most
+	// inflight): not those sent while the client was not reading, nor any
+	// once the session ends. Guarded by the session's mu.
+	inflight, counted int
 	// waitingForRoom is set while the response path waits for room in
 	// max_frame_bytes_total rather than for the node. (While it waits for
 	// the client, the client's writer holds bytes: see quiet.)
