@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -506,35 +507,51 @@ func (s *session) serveLeg(u *upstream) {
 }
 
 // nodes are the nodes the proxy found it could not reach, which routing
-// avoids for a while.
+// avoids for a while. The map is replaced, never changed: every routed
+// request of every session asks it of each replica, during an outage too,
+// so asking takes no lock.
 type nodes struct {
-	mu    sync.Mutex
-	any   atomic.Bool
-	until map[string]int64 // node -> until when, in the proxy's nanoseconds
+	until atomic.Pointer[map[string]int64] // node -> until when, in the proxy's nanoseconds; nil: none
+	mu    sync.Mutex                       // serializes replacing until
 }
 
 // nodeRetry is how long a node the proxy could not reach is avoided.
 const nodeRetry = int64(2 * time.Second)
 
+// set replaces the map with a copy whose node is avoided until until, or,
+// with until 0, not at all. n.mu is held.
+func (n *nodes) set(node string, until int64) {
+	old := n.until.Load()
+	m := map[string]int64{}
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	if until == 0 {
+		delete(m, node)
+	} else {
+		m[node] = until
+	}
+	if len(m) == 0 {
+		n.until.Store(nil)
+		return
+	}
+	n.until.Store(&m)
+}
+
 // failed notes that node could not be reached at now.
 func (n *nodes) failed(node string, now int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.until == nil {
-		n.until = make(map[string]int64)
-	}
-	n.until[node] = now + nodeRetry
-	n.any.Store(true)
+	n.set(node, now+nodeRetry)
 }
 
 // down reports whether node is avoided at now.
 func (n *nodes) down(node string, now int64) bool {
-	if !n.any.Load() {
+	m := n.until.Load()
+	if m == nil {
 		return false
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	until, ok := n.until[node]
+	until, ok := (*m)[node]
 	return ok && now < until
 }
 
@@ -544,29 +561,36 @@ func (n *nodes) down(node string, now int64) bool {
 // meanwhile, so that a node that does not answer holds up one session's
 // requests, not every session's.
 func (n *nodes) claim(node string, now, dial int64) bool {
-	if !n.any.Load() {
+	if m := n.until.Load(); m == nil {
+		return true
+	} else if _, ok := (*m)[node]; !ok {
 		return true
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	until, ok := n.until[node]
+	m := n.until.Load()
+	if m == nil {
+		return true
+	}
+	until, ok := (*m)[node]
 	switch {
 	case !ok:
 		return true
 	case now < until:
 		return false
 	}
-	n.until[node] = now + dial
+	n.set(node, now+dial)
 	return true
 }
 
 // up notes that node could be reached.
 func (n *nodes) up(node string) {
-	if !n.any.Load() {
+	if m := n.until.Load(); m == nil {
+		return
+	} else if _, ok := (*m)[node]; !ok {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	delete(n.until, node)
-	n.any.Store(len(n.until) > 0)
+	n.set(node, 0)
 }
