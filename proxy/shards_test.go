@@ -2,16 +2,22 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
@@ -85,18 +91,39 @@ func connsPerNode(p *Proxy) (perNode []map[string]int, perShard int) {
 // Requests for many keys through a routed proxy in front of three nodes
 // of four shards each: each ran on its replica's shard that owns its
 // token, by the node's own record of the shard that served it, and each
-// client connection has at most one connection per shard of each node.
-// With routing.shard_aware off, each has one connection per node, and the
+// client connection has at most one connection per shard of each node;
+// with TLS to the nodes, through their TLS shard-aware port. With
+// routing.shard_aware off, each has one connection per node, and the
 // requests run on whatever shard that connection has.
 func TestShardAwareRouting(t *testing.T) {
 	t.Parallel()
 	const shards, keys = 4, 300
 	sharding := ring.Sharding{Shards: shards, IgnoreMSB: fakenode.IgnoreMSB}
-	for _, aware := range []bool{true, false} {
-		t.Run(fmt.Sprintf("shard_aware=%t", aware), func(t *testing.T) {
+	for _, tc := range []struct {
+		aware, tls bool
+	}{{true, false}, {false, false}, {true, true}} {
+		t.Run(fmt.Sprintf("shard_aware=%t,tls=%t", tc.aware, tc.tls), func(t *testing.T) {
 			t.Parallel()
-			nodes := startNodes(t, 3, fakenode.Options{Shards: shards, ShardAwarePort: true, RecordServed: true})
-			p, addr, r := shardedProxy(t, nodes, func(c *config.Config) { c.Routing.ShardAware = aware })
+			opts := fakenode.Options{Shards: shards, ShardAwarePort: true, RecordServed: true}
+			var caFile string
+			if tc.tls {
+				ca := newTestCA(t)
+				cert, key := ca.issue(t, "node", 5)
+				nodeCert, err := tls.X509KeyPair(cert, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts.TLS = &tls.Config{Certificates: []tls.Certificate{nodeCert}}
+				caFile = filepath.Join(t.TempDir(), "ca.pem")
+				writeFile(t, caFile, ca.pem)
+			}
+			nodes := startNodes(t, 3, opts)
+			p, addr, r := shardedProxy(t, nodes, func(c *config.Config) {
+				c.Routing.ShardAware = tc.aware
+				if tc.tls {
+					c.UpstreamTLS = config.UpstreamTLSConfig{Enabled: true, CAFile: caFile}
+				}
+			})
 			cluster := gocql.NewCluster(addr)
 			cluster.NumConns = 2
 			s, err := cluster.CreateSession()
@@ -134,7 +161,7 @@ func TestShardAwareRouting(t *testing.T) {
 			perNode, perShard := connsPerNode(p)
 			for _, conns := range perNode {
 				for node, n := range conns {
-					if (aware && n > shards) || (!aware && n > 1) {
+					if (tc.aware && n > shards) || (!tc.aware && n > 1) {
 						t.Errorf("a client connection has %d connections to %s", n, node)
 					}
 				}
@@ -142,14 +169,90 @@ func TestShardAwareRouting(t *testing.T) {
 			if perShard > 1 {
 				t.Errorf("a client connection has %d connections to one shard", perShard)
 			}
-			if aware && onShard != served {
+			if tc.aware && onShard != served {
 				t.Errorf("%d of %d requests ran on the shard that owns their token", onShard, served)
 			}
-			if !aware && onShard == served {
+			if !tc.aware && onShard == served {
 				t.Errorf("all %d requests ran on their token's shard with shard-awareness off", served)
 			}
 			t.Logf("%d of %d requests on their token's shard, connections per node %v", onShard, served, perNode)
 		})
+	}
+}
+
+// relay forwards each connection ln accepts to the address to, from a
+// source port of another residue modulo shards than the client's, as an
+// address translation that changes ports would, and counts them in
+// relayed.
+func relay(t *testing.T, ln net.Listener, to string, shards int, relayed *atomic.Int64) {
+	t.Helper()
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			from := in.RemoteAddr().(*net.TCPAddr).Port
+			var out net.Conn
+			for port := shardPortLow + (from+1)%shards; port <= shardPortHigh && out == nil; port += shards {
+				d := net.Dialer{LocalAddr: &net.TCPAddr{Port: port}}
+				out, _ = d.Dial("tcp", to)
+			}
+			if out == nil {
+				in.Close()
+				continue
+			}
+			relayed.Add(1)
+			t.Cleanup(func() { in.Close(); out.Close() })
+			go func() { io.Copy(out, in); out.Close() }()
+			go func() { io.Copy(in, out); in.Close() }()
+		}
+	}()
+}
+
+// A node whose shard-aware port gives connections another shard than
+// their source port's, as behind an address translation, is not asked
+// for shards again: each client connection keeps one connection to it,
+// its requests all answered.
+func TestShardAwarePortOfOtherShard(t *testing.T) {
+	t.Parallel()
+	const shards, keys = 4, 100
+	opts := fakenode.Options{Shards: shards, ShardAwarePort: true, RecordServed: true}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, 2, opts)
+	// The third node advertises the relay as its shard-aware port.
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	opts.Supported = map[string][]string{"SCYLLA_SHARD_AWARE_PORT": {port}}
+	nodes = append(nodes, startNodes(t, 1, opts)...)
+	var relayed atomic.Int64
+	relay(t, ln, nodes[2].ShardAwareAddr(), shards, &relayed)
+	p, addr, r := shardedProxy(t, nodes, nil)
+	c := dialStub(t, addr)
+	for k := range keys {
+		c.answered(readKV(int16(k+1), "bench.kv", k), int16(k+1))
+	}
+	served := 0
+	for i, n := range nodes {
+		for _, rec := range n.Served() {
+			served++
+			if r.nodeOf(rec.Token) != i {
+				t.Errorf("node %d served key %x of node %d", i, rec.Key, r.nodeOf(rec.Token))
+			}
+		}
+	}
+	if served != keys {
+		t.Errorf("%d reads served, want %d", served, keys)
+	}
+	perNode, _ := connsPerNode(p)
+	if n := perNode[0][nodes[2].Addr()]; n != 1 {
+		t.Errorf("the client connection has %d connections to the node behind the relay, want 1", n)
+	}
+	if n, f := relayed.Load(), testutil.ToFloat64(p.metrics.legsFailed); n != 1 || f != 1 {
+		t.Errorf("%d connections through the relay, %v failed; want 1 and 1: the shard-aware port is tried once", n, f)
 	}
 }
 
