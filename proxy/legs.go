@@ -161,7 +161,7 @@ func (s *session) leg(addr string, shard int) *upstream {
 		// between them change source ports.
 		s.p.shards.avoidPort(addr, s.now()+shardPortRetry)
 		s.p.metrics.legsFailed.Inc()
-		s.log.Info().Err(err).Str("node", addr).Int("shard", shard).Msg("cannot open a connection to a replica's shard; the replica's shard-aware port is not used for a while")
+		s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica's shard; the replica's shard-aware port is not used for a while")
 		if u := s.connTo(addr, anyShard); u != nil {
 			return u
 		}

@@ -199,7 +199,7 @@ func dialShard(ctx context.Context, addr string, sh ring.Sharding, shard int, ti
 	if !u.sharded || u.shard != shard {
 		u.conn.Close()
 		u.in.Park()
-		return nil, fmt.Errorf("upstream %s: connection from port %d to %s: %w", addr, c.LocalAddr().(*net.TCPAddr).Port, to, errWrongShard)
+		return nil, fmt.Errorf("upstream %s: connection for shard %d from port %d to %s: %w", addr, shard, c.LocalAddr().(*net.TCPAddr).Port, to, errWrongShard)
 	}
 	return u, nil
 }
