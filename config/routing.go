@@ -20,12 +20,18 @@ type RoutingConfig struct {
 	// Refresh is how often the ring is read again; a node the proxy
 	// cannot reach also makes it read the ring soon.
 	Refresh Duration `yaml:"refresh"`
+	// ShardAware, with Replicas, runs each routed request on the shard of
+	// its replica that owns its token, when the node advertises its
+	// shards and a shard-aware port (ScyllaDB): each client connection
+	// opens its connections to a node per shard. Off, one per node.
+	ShardAware bool `yaml:"shard_aware"`
 }
 
 // defaultRouting is the routing section's default: replicas in cluster
-// mode, the ring read again every 10 seconds, a few queries each time.
+// mode, the ring read again every 10 seconds, a few queries each time,
+// and requests to the shard that owns them where nodes say which.
 func defaultRouting() RoutingConfig {
-	return RoutingConfig{Replicas: true, Refresh: Duration(10 * time.Second)}
+	return RoutingConfig{Replicas: true, Refresh: Duration(10 * time.Second), ShardAware: true}
 }
 
 func (r *RoutingConfig) validate(ps *problems) {

@@ -4,10 +4,12 @@ package proxy
 // session begins with one connection (up); in front of a cluster whose
 // ring the proxy knows (WithRing), it opens a connection of its own to
 // each other node a request is routed to, when the first such request
-// comes, and logs in there as its client did. Each connection carries the
-// identity its client authenticated with; the client's stream ids are
-// unique among its requests in flight, so they travel unchanged on
-// whichever connection runs the request.
+// comes, and logs in there as its client did; on a node that says which
+// of its shards owns a token, one per shard a request is routed to
+// (shards.go). Each connection carries the identity its client
+// authenticated with; the client's stream ids are unique among its
+// requests in flight, so they travel unchanged on whichever connection
+// runs the request.
 //
 // Before a request runs on one of these connections, the connection is
 // brought to what the request needs: the session's keyspace (USE) and,
@@ -98,19 +100,32 @@ func (s *session) upstreamFor(r route, h frame.Header, req *request) *upstream {
 }
 
 // replica returns the connection to the replica of r chosen to run the
-// request req of header h, made ready for it, or nil when there is none.
+// request req of header h, made ready for it, or nil when there is none:
+// to the shard of the replica that owns r's token when the replica says
+// which (shards.go).
 func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 	// The best replica first, as route chose it among s.replicas; one that
 	// cannot be reached or made ready leaves the next best to try.
 	addr := r.to
 	for range len(s.replicas) {
-		switch addr {
-		case "":
+		if addr == "" {
 			return nil
-		case s.up.at:
+		}
+		shard := s.shardFor(addr, r.token)
+		if addr == s.up.at && (shard == anyShard || shard == s.up.shard) {
 			return s.up
 		}
-		if u := s.leg(addr); u != nil && s.ready(u, h, req) {
+		u := s.leg(addr, shard)
+		if shard == anyShard && u != nil && u != s.up {
+			// The first connection to a node says whether it has shards:
+			// the request goes to its own shard's if the node says which.
+			if own := s.shardFor(addr, r.token); own != anyShard && own != u.shard {
+				if v := s.leg(addr, own); v != nil {
+					u = v
+				}
+			}
+		}
+		if u == s.up || (u != nil && s.ready(u, h, req)) {
 			return u
 		}
 		i := slices.Index(s.replicas, addr)
@@ -120,23 +135,38 @@ func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 	return nil
 }
 
-// leg returns the session's connection to the node at addr, opened if it
-// has none, or nil when it cannot be opened.
-func (s *session) leg(addr string) *upstream {
-	s.mu.Lock()
-	i := slices.IndexFunc(s.legs, func(u *upstream) bool { return u.at == addr })
-	var u *upstream
-	if i >= 0 {
-		u = s.legs[i]
-	}
-	s.mu.Unlock()
-	if u != nil {
+// leg returns the session's connection to the node at addr served by
+// shard, or any of its connections to the node for anyShard, opened if it
+// has none; nil when none can be opened. When shard's cannot be, any of
+// the node's connections will do.
+func (s *session) leg(addr string, shard int) *upstream {
+	if u := s.connTo(addr, shard); u != nil {
 		return u
 	}
 	if !s.p.nodes.claim(addr, s.now(), int64(s.p.cfg.DialTimeout)) {
 		return nil // another session is finding out whether it is back
 	}
-	u, err := s.openLeg(addr)
+	if shard != anyShard {
+		u, err := s.openLeg(addr, shard)
+		switch {
+		case err == nil:
+			s.p.nodes.up(addr)
+			s.p.metrics.legsOpened.Inc()
+			return u
+		case errors.Is(err, net.ErrClosed):
+			return nil // the session is closing
+		}
+		// Its shard-aware port is not used for a while, by any session:
+		// it may be closed to the proxy, or an address translation
+		// between them change source ports.
+		s.p.shards.avoidPort(addr, s.now()+shardPortRetry)
+		s.p.metrics.legsFailed.Inc()
+		s.log.Info().Err(err).Str("node", addr).Msg("cannot open a connection to a replica's shard; the replica's shard-aware port is not used for a while")
+		if u := s.connTo(addr, anyShard); u != nil {
+			return u
+		}
+	}
+	u, err := s.openLeg(addr, anyShard)
 	if err != nil {
 		var dial *dialError
 		switch {
@@ -181,11 +211,11 @@ func (s *session) choose(replicas []string) (string, *nodeLoad) {
 	return best, bestLoad
 }
 
-// openLeg opens a connection of the session to the node at addr: it
-// dials, logs in as the client did (its STARTUP and AUTH_RESPONSEs
-// again), takes the session's keyspace, and starts the connection's
-// response path.
-func (s *session) openLeg(addr string) (*upstream, error) {
+// openLeg opens a connection of the session to the node at addr, served
+// by shard, or by the shard the node gives it for anyShard: it dials,
+// logs in as the client did (its STARTUP and AUTH_RESPONSEs again), takes
+// the session's keyspace, and starts the connection's response path.
+func (s *session) openLeg(addr string, shard int) (*upstream, error) {
 	p := s.p
 	// The session closing gives up on the connection being opened too,
 	// rather than wait out its timeouts.
@@ -204,14 +234,27 @@ func (s *session) openLeg(addr string) (*upstream, error) {
 		return nil, net.ErrClosed
 	}
 	timeout := time.Duration(p.cfg.DialTimeout)
-	u, err := dialUpstream(ctx, addr, timeout, forUpstream(p.settings.Load().upstreamTLS, addr), &p.reads)
+	tlsConf := forUpstream(p.settings.Load().upstreamTLS, addr)
+	var u *upstream
+	var err error
+	if shard == anyShard {
+		u, err = dialUpstream(ctx, addr, timeout, tlsConf, &p.reads)
+	} else if ns, ok := p.shards.of(addr); ok {
+		u, err = dialShard(ctx, addr, ns.Sharding, shard, timeout, tlsConf, &p.reads)
+	} else {
+		return nil, fmt.Errorf("node %s: its shards are no longer known", addr)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, net.ErrClosed
 		}
+		if errors.Is(err, errWrongShard) {
+			return nil, err
+		}
 		p.metrics.upstreamDialErr.Inc()
 		return nil, &dialError{err}
 	}
+	p.shards.learn(u.at, u.sharding, u.sharded)
 	s.attach(u)
 	u.conn.SetDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { u.conn.Close() })

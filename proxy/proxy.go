@@ -45,6 +45,9 @@ type Proxy struct {
 	ring      Ring
 	ringStale func()
 	nodes     nodes
+	// shards are the nodes' shardings, as routing sends each request to
+	// the shard that owns it (shards.go).
+	shards shardings
 	// loads are the nodes' loads, as routing ranks replicas by them.
 	loads   nodeLoads
 	schema  SchemaSource

@@ -166,6 +166,7 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	if p.ring != nil {
 		// What routing ranks replicas by; without it, nothing reads it.
 		u.load = p.loads.of(u.addr)
+		p.shards.learn(u.at, u.sharding, u.sharded)
 	}
 	s := &session{
 		p:          p,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/ring"
 	"github.com/cqlguard/cqlguard/transport"
 )
 
@@ -26,6 +27,12 @@ type upstream struct {
 	to             *transport.Writer
 	rateLimitError bool // the node advertises SCYLLA_RATE_LIMIT_ERROR
 	lwtMark        bool // the node advertises SCYLLA_LWT_ADD_METADATA_MARK
+	// sharding is the node's sharding, as its SUPPORTED gave it, if
+	// sharded; shard is the shard serving the connection, 0 if not
+	// sharded (shards.go).
+	sharding ring.Sharding
+	sharded  bool
+	shard    int
 	// node is the node's shedding signals, nil when shedding is off; load
 	// its load, as routing sees it (replicas.go).
 	node *nodeSignals
@@ -83,6 +90,13 @@ func dialUpstream(ctx context.Context, addr string, timeout time.Duration, tlsCo
 	if err != nil {
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}
+	return askOptions(ctx, c, addr, timeout, bufs)
+}
+
+// askOptions asks for the SUPPORTED options of the node at addr on c, a
+// new connection to it, and returns the connection, or closes c and
+// returns an error.
+func askOptions(ctx context.Context, c net.Conn, addr string, timeout time.Duration, bufs *transport.ReadBuffers) (*upstream, error) {
 	defer context.AfterFunc(ctx, func() { c.Close() })()
 	in := transport.NewSockReader(c)
 	u := &upstream{addr: addr, at: c.RemoteAddr().String(), conn: c, in: transport.NewLazyReader(in, in, bufs)}
@@ -104,6 +118,10 @@ func dialUpstream(ctx context.Context, addr string, timeout time.Duration, tlsCo
 	if h.Opcode == frame.OpSupported {
 		u.rateLimitError, _ = frame.SupportedHas(f[frame.HeaderSize:], h, rateLimitKey)
 		u.lwtMark, _ = frame.SupportedHas(f[frame.HeaderSize:], h, lwtMarkKey)
+		// A sharding the proxy cannot read leaves the node unsharded to
+		// routing: a connection per node, whatever shard serves it.
+		u.sharding, u.sharded, _ = shardingOf(f[frame.HeaderSize:], h)
+		u.shard = u.sharding.Shard
 	}
 	c.SetDeadline(time.Time{})
 	return u, nil

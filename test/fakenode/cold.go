@@ -141,7 +141,10 @@ func (n *Node) prepare(q []byte) *answer {
 		vars.Columns = append(vars.Columns, &message.ColumnMetadata{Keyspace: ks, Table: tbl, Name: name, Index: int32(i), Type: typ})
 	}
 	result := &message.RowsMetadata{}
-	stmt := &statement{user: user, write: st.Kind != cql.StmtSelect}
+	stmt := &statement{user: user, write: st.Kind != cql.StmtSelect, keyMarker: -1}
+	if user {
+		stmt.keyMarker, stmt.key = keyOf(st)
+	}
 	var rows [2]message.Message
 	if st.Kind == cql.StmtSelect {
 		value := make([]byte, n.opts.RowBytes)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ type conn struct {
 	optIn    bool   // asked for the rate-limit error
 	keyspace []byte // set by USE
 	count    int    // requests on the user table, for RejectEvery
+	shard    int    // the shard serving the connection
 
 	version    atomic.Uint32 // of the STARTUP, for events
 	registered atomic.Bool
@@ -179,7 +181,7 @@ func (c *conn) handle(f []byte, h frame.Header) error {
 			c.reply(c.n.void, h)
 		}
 	case frame.OpOptions:
-		c.replyPlain(c.n.supported, h)
+		c.replyPlain(c.n.supported[c.shard], h)
 	case frame.OpStartup:
 		return c.startup(body, h)
 	case frame.OpAuthResponse:
@@ -300,13 +302,20 @@ func (c *conn) execute(body []byte, h frame.Header) {
 		frame.SetLength(c.out[start:])
 		return
 	}
-	if st.user && c.reject() {
-		c.reply(c.rejection(st.write), h)
-		return
-	}
 	rest := body[2+len(id):]
 	if h.Version >= 5 && len(rest) >= 2 { // result metadata id
 		rest = rest[min(len(rest), 2+int(binary.BigEndian.Uint16(rest))):]
+	}
+	if st.user && c.n.opts.RecordServed {
+		key := st.key
+		if st.keyMarker >= 0 {
+			key = boundValue(rest, h.Version, st.keyMarker)
+		}
+		c.record(key)
+	}
+	if st.user && c.reject() {
+		c.reply(c.rejection(st.write), h)
+		return
 	}
 	skip := 0
 	if skipMetadata(rest, h.Version) {
@@ -342,6 +351,9 @@ func (c *conn) query(body []byte, h frame.Header) error {
 		if !ok || !c.n.userTable(ks, table) {
 			break
 		}
+		if c.n.opts.RecordServed {
+			c.recordQuery(t, body[4+len(q):], h.Version)
+		}
 		if c.reject() {
 			c.reply(c.rejection(false), h)
 			return nil
@@ -353,6 +365,9 @@ func (c *conn) query(body []byte, h frame.Header) error {
 		c.reply(c.n.rows[skip], h)
 		return nil
 	case hasPrefixFold(t, "insert"), hasPrefixFold(t, "update"), hasPrefixFold(t, "delete"), hasPrefixFold(t, "begin"):
+		if c.n.opts.RecordServed && !hasPrefixFold(t, "begin") {
+			c.recordQuery(t, body[4+len(q):], h.Version)
+		}
 		if c.reject() {
 			c.reply(c.rejection(true), h)
 			return nil
@@ -376,4 +391,92 @@ func (n *Node) userTable(keyspace, table []byte) bool {
 
 func hasPrefixFold(b []byte, p string) bool {
 	return len(b) >= len(p) && strings.EqualFold(string(b[:len(p)]), p)
+}
+
+// recordQuery records QUERY q, of parameters params in version v, if it
+// is on the user table.
+func (c *conn) recordQuery(q, params []byte, v uint8) {
+	var rec cql.Recognizer
+	st := rec.Recognize(q)
+	ks := st.Keyspace
+	if len(ks) == 0 {
+		ks = c.keyspace
+	}
+	if !c.n.userTable(ks, st.Table) {
+		return
+	}
+	marker, key := keyOf(st)
+	if marker >= 0 {
+		key = boundValue(params, v, marker)
+	}
+	c.record(key)
+}
+
+// keyOf returns where statement st gives the user table's partition key
+// k: the index of its marker, or -1 and its value when it is an integer
+// literal, or -1 and nil when it names no one key.
+func keyOf(st *cql.Statement) (marker int, key []byte) {
+	for _, r := range st.Restrictions {
+		if !strings.EqualFold(string(r.Column), "k") || len(r.Terms) != 1 {
+			continue
+		}
+		switch t := r.Terms[0]; t.Kind {
+		case cql.TermPositional:
+			return t.Index, nil
+		case cql.TermLiteral:
+			if k, err := strconv.ParseInt(string(t.Text), 10, 64); err == nil {
+				return -1, binary.BigEndian.AppendUint64(nil, uint64(k))
+			}
+		}
+	}
+	return -1, nil
+}
+
+// boundValue returns the i-th value bound in the query parameters p of a
+// QUERY or EXECUTE of version v (from the consistency on), nil when there
+// is none or it is null.
+func boundValue(p []byte, v uint8, i int) []byte {
+	if len(p) < 3 {
+		return nil
+	}
+	flags, off := uint32(p[2]), 3
+	if v >= 5 {
+		if len(p) < 6 {
+			return nil
+		}
+		flags, off = binary.BigEndian.Uint32(p[2:6]), 6
+	}
+	const withValues, withNames = 0x01, 0x40
+	if flags&withValues == 0 || len(p) < off+2 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint16(p[off:]))
+	off += 2
+	for j := range n {
+		if flags&withNames != 0 {
+			if len(p) < off+2 {
+				return nil
+			}
+			off += 2 + int(binary.BigEndian.Uint16(p[off:]))
+		}
+		if len(p) < off+4 {
+			return nil
+		}
+		size := int(int32(binary.BigEndian.Uint32(p[off:])))
+		off += 4
+		if size < 0 {
+			size = 0
+			if j == i {
+				return nil
+			}
+		}
+		if len(p) < off+size {
+			return nil
+		}
+		if j == i {
+			return p[off : off+size]
+		}
+		off += size
+	}
+	return nil
 }

@@ -30,7 +30,10 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +44,7 @@ import (
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
 )
 
 // Options configure a Node. The zero value serves bench.kv rows of 64
@@ -79,6 +83,31 @@ type Options struct {
 	ResetQuery string
 	// TLS, when set, makes the node accept TLS connections only.
 	TLS *tls.Config
+	// Shards, when above 1, makes the node advertise ScyllaDB's sharding
+	// of that many shards (biased-token-round-robin, ignore_msb 12,
+	// Murmur3Partitioner) and serve each connection by one of them.
+	Shards int
+	// ShardAwarePort, with Shards, also listens on a shard-aware port and
+	// advertises it: SCYLLA_SHARD_AWARE_PORT, or SCYLLA_SHARD_AWARE_PORT_SSL
+	// with TLS.
+	ShardAwarePort bool
+	// RecordServed records each request on the user table (Served).
+	RecordServed bool
+}
+
+// IgnoreMSB is the SCYLLA_SHARDING_IGNORE_MSB a node with shards
+// advertises, ScyllaDB's default.
+const IgnoreMSB = 12
+
+// Served is a request on the user table as the node served it.
+type Served struct {
+	// Shard is the shard of the connection the request came on.
+	Shard int
+	// Key is the request's partition key k, serialized (a bigint's 8
+	// bytes), bound or written as an integer literal; nil when the request
+	// names no one key. Token is its Murmur3Partitioner token.
+	Key   []byte
+	Token int64
 }
 
 // RateLimitErrorCode is ScyllaDB's rate-limit error code, as advertised.
@@ -92,25 +121,31 @@ type Startup struct {
 
 // Node is a running fake node.
 type Node struct {
-	opts   Options
-	ln     net.Listener
-	tables map[string]*table
+	opts Options
+	ln   net.Listener
+	// shardLn is the shard-aware port's listener, nil without one.
+	shardLn net.Listener
+	tables  map[string]*table
 	// The user table's names and the queries that stall or drop a
 	// connection, as the request path compares them.
 	keyspace, table, slow, reset []byte
 	// The answers of the request path, encoded once.
-	supported, ready, authenticate, authSuccess, badCredentials *answer
-	void, rejectConfig, rejectRead, rejectWrite                 *answer
-	rows                                                        [2]*answer // by skip_metadata
-	prepared                                                    atomic.Pointer[map[string]*statement]
-	requests                                                    atomic.Uint64
-	delay                                                       atomic.Int64 // SetDelay's, in nanoseconds
-	slowRequests                                                atomic.Uint64
+	// supported is SUPPORTED as each shard's connections get it.
+	supported                                        []*answer
+	ready, authenticate, authSuccess, badCredentials *answer
+	void, rejectConfig, rejectRead, rejectWrite      *answer
+	rows                                             [2]*answer // by skip_metadata
+	prepared                                         atomic.Pointer[map[string]*statement]
+	requests                                         atomic.Uint64
+	delay                                            atomic.Int64 // SetDelay's, in nanoseconds
+	slowRequests                                     atomic.Uint64
 
 	mu       sync.Mutex // guards what follows and writers of prepared
 	cold     map[string]*answer
 	conns    map[*conn]struct{}
 	startups []Startup
+	shardOf  []int // open connections per shard
+	served   []Served
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -120,6 +155,11 @@ type statement struct {
 	result [2]*answer // by skip_metadata
 	user   bool       // on the user table: may be rejected
 	write  bool
+	// keyMarker is the index of the marker that binds the user table's
+	// partition key, -1 if none does; key is the key when the statement
+	// writes it as a literal.
+	keyMarker int
+	key       []byte
 }
 
 // Start listens on addr (host:port; port 0 picks one) and serves until
@@ -143,6 +183,9 @@ func Start(addr string, opts Options) (*Node, error) {
 	if opts.MaxVersion < 3 || opts.MaxVersion > 5 {
 		return nil, fmt.Errorf("fakenode: max version %d is not 3, 4 or 5", opts.MaxVersion)
 	}
+	if opts.Shards < 1 {
+		opts.Shards = 1
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("fakenode: %w", err)
@@ -156,6 +199,14 @@ func Start(addr string, opts Options) (*Node, error) {
 		table:    []byte(opts.Table),
 		cold:     map[string]*answer{},
 		conns:    map[*conn]struct{}{},
+		shardOf:  make([]int, opts.Shards),
+	}
+	if opts.Shards > 1 && opts.ShardAwarePort {
+		// On the node's host, as ScyllaDB's shard-aware port is.
+		if n.shardLn, err = net.Listen("tcp", net.JoinHostPort(tcp.IP.String(), "0")); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("fakenode: shard-aware port: %w", err)
+		}
 	}
 	if opts.SlowQuery != "" {
 		n.slow = []byte(opts.SlowQuery)
@@ -165,15 +216,61 @@ func Start(addr string, opts Options) (*Node, error) {
 	}
 	if opts.TLS != nil {
 		n.ln = tls.NewListener(ln, opts.TLS)
+		if n.shardLn != nil {
+			n.shardLn = tls.NewListener(n.shardLn, opts.TLS)
+		}
 	}
 	if err := n.encodeAnswers(); err != nil {
 		ln.Close()
+		if n.shardLn != nil {
+			n.shardLn.Close()
+		}
 		return nil, err
 	}
 	n.prepared.Store(&map[string]*statement{})
 	n.wg.Add(1)
-	go n.accept()
+	go n.accept(n.ln, false)
+	if n.shardLn != nil {
+		n.wg.Add(1)
+		go n.accept(n.shardLn, true)
+	}
 	return n, nil
+}
+
+// ShardAwareAddr is the address of the node's shard-aware port, "" when
+// it has none.
+func (n *Node) ShardAwareAddr() string {
+	if n.shardLn == nil {
+		return ""
+	}
+	return n.shardLn.Addr().String()
+}
+
+// Served returns the requests on the user table the node served, in the
+// order each shard served them, when Options.RecordServed is set.
+func (n *Node) Served() []Served {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.served)
+}
+
+// Conns returns how many connections each shard serves.
+func (n *Node) Conns() []int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.shardOf)
+}
+
+// DropShard closes every connection shard serves, as a shard that fails
+// would, with what is in flight on them unanswered.
+func (n *Node) DropShard(shard int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for c := range n.conns {
+		if c.shard == shard {
+			c.nc.Close()
+		}
+	}
 }
 
 // Addr is the address the node listens on.
@@ -202,6 +299,9 @@ func (n *Node) Startups() []Startup {
 // Close stops the node and closes its connections.
 func (n *Node) Close() {
 	n.ln.Close()
+	if n.shardLn != nil {
+		n.shardLn.Close()
+	}
 	n.mu.Lock()
 	n.closed = true
 	for c := range n.conns {
@@ -229,10 +329,12 @@ func (n *Node) PushEvent(ev message.Message) {
 	}
 }
 
-func (n *Node) accept() {
+// accept serves the connections of ln, the shard-aware port's if
+// shardAware.
+func (n *Node) accept(ln net.Listener, shardAware bool) {
 	defer n.wg.Done()
 	for {
-		nc, err := n.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -243,6 +345,12 @@ func (n *Node) accept() {
 			nc.Close()
 			return
 		}
+		if shardAware {
+			c.shard = nc.RemoteAddr().(*net.TCPAddr).Port % n.opts.Shards
+		} else {
+			c.shard = leastLoaded(n.shardOf)
+		}
+		n.shardOf[c.shard]++
 		n.conns[c] = struct{}{}
 		n.mu.Unlock()
 		n.wg.Add(1)
@@ -252,9 +360,34 @@ func (n *Node) accept() {
 			nc.Close()
 			n.mu.Lock()
 			delete(n.conns, c)
+			n.shardOf[c.shard]--
 			n.mu.Unlock()
 		}()
 	}
+}
+
+// leastLoaded returns the shard with the fewest connections, the lowest
+// of those.
+func leastLoaded(conns []int) int {
+	best := 0
+	for i, n := range conns {
+		if n < conns[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// record notes that the connection's shard served a request on the user
+// table for the partition key key, nil if unknown.
+func (c *conn) record(key []byte) {
+	s := Served{Shard: c.shard}
+	if key != nil {
+		s.Key, s.Token = slices.Clone(key), schema.Token(key)
+	}
+	c.n.mu.Lock()
+	c.n.served = append(c.n.served, s)
+	c.n.mu.Unlock()
 }
 
 func (n *Node) encodeAnswers() error {
@@ -265,13 +398,35 @@ func (n *Node) encodeAnswers() error {
 	if n.opts.RateLimitError {
 		supported["SCYLLA_RATE_LIMIT_ERROR"] = []string{fmt.Sprintf("ERROR_CODE=%d", RateLimitErrorCode)}
 	}
+	if n.opts.Shards > 1 {
+		supported["SCYLLA_NR_SHARDS"] = []string{strconv.Itoa(n.opts.Shards)}
+		supported["SCYLLA_SHARDING_ALGORITHM"] = []string{"biased-token-round-robin"}
+		supported["SCYLLA_SHARDING_IGNORE_MSB"] = []string{strconv.Itoa(IgnoreMSB)}
+		supported["SCYLLA_PARTITIONER"] = []string{"org.apache.cassandra.dht.Murmur3Partitioner"}
+		if n.shardLn != nil {
+			key := "SCYLLA_SHARD_AWARE_PORT"
+			if n.opts.TLS != nil {
+				key += "_SSL"
+			}
+			supported[key] = []string{strconv.Itoa(n.shardLn.Addr().(*net.TCPAddr).Port)}
+		}
+	}
 	for k, vs := range n.opts.Supported {
 		supported[k] = vs
 	}
-	var err error
-	if n.supported, err = messageAnswer(same(&message.Supported{Options: supported})); err != nil {
-		return err
+	n.supported = make([]*answer, n.opts.Shards)
+	for shard := range n.supported {
+		opts := maps.Clone(supported)
+		if n.opts.Shards > 1 {
+			opts["SCYLLA_SHARD"] = []string{strconv.Itoa(shard)}
+		}
+		a, err := messageAnswer(same(&message.Supported{Options: opts}))
+		if err != nil {
+			return err
+		}
+		n.supported[shard] = a
 	}
+	var err error
 	n.ready = mustAnswer(same(&message.Ready{}))
 	n.authenticate = mustAnswer(same(&message.Authenticate{Authenticator: "org.apache.cassandra.auth.PasswordAuthenticator"}))
 	n.authSuccess = mustAnswer(same(&message.AuthSuccess{}))

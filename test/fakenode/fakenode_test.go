@@ -16,8 +16,10 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/apache/cassandra-gocql-driver/v2/lz4"
 	"github.com/apache/cassandra-gocql-driver/v2/snappy"
+	"github.com/datastax/go-cassandra-native-protocol/message"
 
 	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/schema"
 )
 
 func startNode(t *testing.T, opts Options) *Node {
@@ -279,5 +281,123 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 				t.Errorf("v%d %d: %v allocations per round of requests", v, comp, n)
 			}
 		}
+	}
+}
+
+// shardOfConn asks the node on c for OPTIONS and returns the shard its
+// SUPPORTED names, and the options.
+func shardOfConn(t *testing.T, c net.Conn) (int, map[string][]string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpOptions})); err != nil {
+		t.Fatal(err)
+	}
+	f, err := codec.DecodeFrame(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := f.Body.Message.(*message.Supported)
+	if !ok {
+		t.Fatalf("OPTIONS answered with %v", f.Body.Message)
+	}
+	shard, err := strconv.Atoi(s.Options["SCYLLA_SHARD"][0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shard, s.Options
+}
+
+// A node of shards advertises ScyllaDB's sharding keys; on the regular
+// port connections go to the least loaded shard, on the shard-aware port
+// to the shard of the client's source port.
+func TestShards(t *testing.T) {
+	t.Parallel()
+	const shards = 4
+	n := startNode(t, Options{Shards: shards, ShardAwarePort: true})
+	var regular []int
+	for range 2 * shards {
+		c, err := net.Dial("tcp", n.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		shard, opts := shardOfConn(t, c)
+		regular = append(regular, shard)
+		_, port, _ := net.SplitHostPort(n.ShardAwareAddr())
+		want := map[string][]string{
+			"SCYLLA_NR_SHARDS": {"4"}, "SCYLLA_SHARDING_ALGORITHM": {"biased-token-round-robin"},
+			"SCYLLA_SHARDING_IGNORE_MSB": {"12"}, "SCYLLA_PARTITIONER": {"org.apache.cassandra.dht.Murmur3Partitioner"},
+			"SCYLLA_SHARD_AWARE_PORT": {port},
+		}
+		for k, v := range want {
+			if !slices.Equal(opts[k], v) {
+				t.Errorf("%s = %q, want %q", k, opts[k], v)
+			}
+		}
+	}
+	if want := []int{0, 1, 2, 3, 0, 1, 2, 3}; !slices.Equal(regular, want) {
+		t.Errorf("connections to the regular port went to shards %v, want %v", regular, want)
+	}
+	if got, want := n.Conns(), []int{2, 2, 2, 2}; !slices.Equal(got, want) {
+		t.Errorf("connections per shard %v, want %v", got, want)
+	}
+	// Source ports of each residue, from one chosen at random among the
+	// ephemeral ones; a port in use is skipped.
+	start := 49152 + int(time.Now().UnixNano()%8000)
+	seen := map[int]bool{}
+	for port := start; len(seen) < shards && port < start+1000; port++ {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}}
+		c, err := d.Dial("tcp", n.ShardAwareAddr())
+		if err != nil {
+			continue
+		}
+		defer c.Close()
+		if shard, _ := shardOfConn(t, c); shard != port%shards {
+			t.Errorf("a connection from port %d went to shard %d, want %d", port, shard, port%shards)
+		}
+		seen[port%shards] = true
+	}
+	if len(seen) < shards {
+		t.Fatalf("connected from ports of %d residues only", len(seen))
+	}
+}
+
+// A node that records what it served gives each request on the user table
+// its shard and partition key, bound or literal, and the key's token.
+func TestServed(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, Options{Shards: 2, RecordServed: true})
+	sess, err := session(t, n, 4, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	const keys = 20
+	for k := range keys {
+		if err := sess.Query("SELECT v FROM bench.kv WHERE k = ?", k).Exec(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Query(fmt.Sprintf("UPDATE bench.kv SET v = 0x00 WHERE k = %d", k)).Exec(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Query("INSERT INTO bench.kv (v, k) VALUES (?, ?)", []byte{1}, k).Exec(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sess.Query("SELECT v FROM bench.kv").Exec(); err != nil {
+		t.Fatal(err)
+	}
+	served := n.Served()
+	if len(served) != 3*keys+1 {
+		t.Fatalf("%d requests served, want %d", len(served), 3*keys+1)
+	}
+	for i, s := range served[:3*keys] {
+		key := binary.BigEndian.AppendUint64(nil, uint64(i/3))
+		if !bytes.Equal(s.Key, key) || s.Token != schema.Token(key) || s.Shard < 0 || s.Shard > 1 {
+			t.Errorf("request %d: %+v, want key %x, token %d", i, s, key, schema.Token(key))
+		}
+	}
+	if s := served[3*keys]; s.Key != nil {
+		t.Errorf("a scan served with key %x", s.Key)
 	}
 }
