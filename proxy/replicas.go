@@ -66,7 +66,7 @@ func (n *nodeLoad) observe(d, now int64) {
 	case d >= l:
 		n.latency.Store(d)
 	default:
-		w := math.Exp(-float64(now-last) / float64(latencyDecay))
+		w := decay(float64(now-last) / float64(latencyDecay))
 		n.latency.Store(int64(float64(l)*w + float64(d)*(1-w)))
 	}
 	s := n.service.Load()
@@ -76,6 +76,16 @@ func (n *nodeLoad) observe(d, now int64) {
 		// A best that is not seen again fades towards what is.
 		n.service.Store(s + (d-s)/serviceWeight)
 	}
+}
+
+// decay returns e^-x for x ≥ 0. Answers from a busy node come
+// microseconds apart, where x is tiny and three terms of the series are
+// within 1e-7 of it at a tenth of math.Exp's cost, paid per answer.
+func decay(x float64) float64 {
+	if x < 1.0/128 {
+		return 1 - x*(1-x/2)
+	}
+	return math.Exp(-x)
 }
 
 // latencyDecay is how long a node's latency takes to fall by a factor e

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,6 +191,14 @@ func TestNodeScoreStalled(t *testing.T) {
 	for _, tc := range cases {
 		if got := tc.n.score(now) < busy.score(now); got != tc.want {
 			t.Errorf("%s: score %.0f against %.0f; want better: %t", tc.name, tc.n.score(now), busy.score(now), tc.want)
+		}
+	}
+}
+
+func TestDecay(t *testing.T) {
+	for _, x := range []float64{0, 1e-9, 1e-6, 1e-3, 1.0 / 129, 1.0 / 128, 0.5, 1, 10, 1000} {
+		if got, want := decay(x), math.Exp(-x); math.Abs(got-want) > 1e-7 {
+			t.Errorf("decay(%g) = %.10f, want %.10f", x, got, want)
 		}
 	}
 }
