@@ -90,6 +90,9 @@ type Classification struct {
 	// its text, to be completed from the upstream's answer and recorded
 	// (Registry.Learn); for an EXECUTE, the statement executed.
 	Prepared *Prepared
+	// BatchPrepared are the prepared statements a BATCH runs, in its
+	// order, once the batch is classified whole.
+	BatchPrepared []*Prepared
 	// Unprepared is the id of a statement an EXECUTE or a BATCH runs that
 	// the registry does not hold: the request could not be classified,
 	// and the driver must prepare the statement again.
@@ -237,7 +240,7 @@ func (c *Classifier) Classify(h frame.Header, body []byte, env *Env) (*Classific
 }
 
 func (c *Classifier) reset() {
-	c.c = Classification{Partitions: c.c.Partitions[:0]}
+	c.c = Classification{Partitions: c.c.Partitions[:0], BatchPrepared: c.c.BatchPrepared[:0]}
 	c.keys = c.keys[:0]
 	c.use = false
 	c.indexed = false
@@ -251,7 +254,8 @@ func (c *Classifier) Release() {
 	c.rec.Release()
 	c.withoutTimeout = 0
 	clear(c.c.Partitions[:cap(c.c.Partitions)])
-	c.c = Classification{Partitions: c.c.Partitions[:0]}
+	clear(c.c.BatchPrepared[:cap(c.c.BatchPrepared)])
+	c.c = Classification{Partitions: c.c.Partitions[:0], BatchPrepared: c.c.BatchPrepared[:0]}
 	if cap(c.keys) > largeScratch {
 		c.keys = nil
 	}

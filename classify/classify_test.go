@@ -195,6 +195,10 @@ func TestClassifyExecuteAndBatch(t *testing.T) {
 	if got.Partitions[1].Token != tokenOf(intBytes(3)) {
 		t.Errorf("BATCH counted partition 3 twice or wrongly: %+v", got.Partitions)
 	}
+	// Its prepared statements, in order, for routing to prepare elsewhere.
+	if len(got.BatchPrepared) != 2 || string(got.BatchPrepared[0].tableName) != "comp" || string(got.BatchPrepared[1].tableName) != "kv" {
+		t.Errorf("BATCH's prepared statements %+v", got.BatchPrepared)
+	}
 	// Each partition keeps its own key, for /hot.
 	for i, p := range got.Partitions {
 		if schema.Token(p.Key) != p.Token {
@@ -205,9 +209,19 @@ func TestClassifyExecuteAndBatch(t *testing.T) {
 		t.Errorf("BATCH partition 1 key %x, want %x", got.Partitions[1].Key, intBytes(3))
 	}
 
+	batch := &message.Batch{Type: primitive.BatchTypeUnlogged, Children: []*message.BatchChild{
+		{Id: []byte{1}, Values: []*primitive.Value{primitive.NewValue(intBytes(0)), primitive.NewValue([]byte("x"))}},
+	}}
+	h, body = frame.Header{Version: 4, Opcode: frame.OpBatch}, encodeBody(t, 4, batch)
+	if n := testing.AllocsPerRun(100, func() { c.Classify(h, body, &env) }); n != 0 {
+		t.Errorf("classifying a BATCH allocates %v times", n)
+	}
 	missing := &message.Batch{Type: primitive.BatchTypeLogged, Children: []*message.BatchChild{{Id: []byte{9}}}}
 	if got := classifyMsg(t, &c, env, 4, missing); string(got.Unprepared) != "\x09" {
 		t.Errorf("unknown child id %v", got.Unprepared)
+	}
+	if got := classifyMsg(t, &c, env, 4, execute); len(got.BatchPrepared) != 0 {
+		t.Errorf("an EXECUTE after a BATCH keeps its statements: %+v", got.BatchPrepared)
 	}
 }
 

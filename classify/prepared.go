@@ -185,6 +185,7 @@ func (c *Classifier) batch(b *frame.Batch, reg *Registry, snap *schema.Snapshot)
 				return
 			}
 			p = reg.resolve(child.ID, p, snap, c)
+			c.c.BatchPrepared = append(c.c.BatchPrepared, p)
 			c.executeInto(p, &child.Values, snap, true)
 			continue
 		}

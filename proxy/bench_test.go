@@ -297,3 +297,49 @@ func BenchmarkHotReads(b *testing.B) {
 		})
 	}
 }
+
+// listRing holds every partition on the same nodes, in its order.
+type listRing []string
+
+func (r listRing) Replicas(dst []string, keyspace string, token int64) []string {
+	return append(dst, r...)
+}
+
+// BenchmarkRouted pipelines reads of one partition, 128 in flight, through
+// a proxy that routes (WithRing) in front of three nodes, against one that
+// does not: the partition held by the connection's own node, by another
+// node (the session's connection there), and by all three, chosen among by
+// load. It reports the whole process's allocations per request.
+func BenchmarkRouted(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		ring func(up, other, third string) Ring
+	}{
+		{"pinned", nil},
+		{"own-node", func(up, _, _ string) Ring { return listRing{up} }},
+		{"other-node", func(_, other, _ string) Ring { return listRing{other} }},
+		{"three-replicas", func(up, other, third string) Ring { return listRing{other, third, up} }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			up := echoUpstream(b, "127.0.0.1:0")
+			cfg := config.Default()
+			cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up}, ""
+			opts := []Option{WithSchema(staticSchema{benchSnapshot(b)})}
+			if bc.ring != nil {
+				opts = append(opts, WithRing(bc.ring(up, echoUpstream(b, "127.0.0.1:0"), echoUpstream(b, "127.0.0.1:0"))))
+			}
+			p, addr := serveProxy(b, cfg, testLogger(), prometheus.NewRegistry(), opts...)
+			q := "SELECT * FROM bench.kv WHERE k = 1"
+			body := binary.BigEndian.AppendUint32(nil, uint32(len(q)))
+			body = append(body, q...)
+			body = append(body, 0, 1, 0) // consistency ONE, no flags
+			pipeline(b, addr, frame.OpQuery, body)
+			if bc.ring != nil {
+				// Every request ran on a replica, on the other node's
+				// connection where the ring says so.
+				b.ReportMetric(metricValue(b, p.metrics.routed[routedReplica])/float64(b.N), "replica/op")
+				b.ReportMetric(metricValue(b, p.metrics.legsOpened), "legs")
+			}
+		})
+	}
+}

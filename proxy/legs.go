@@ -58,6 +58,9 @@ type route struct {
 	ok       bool
 	to       string
 	load     *nodeLoad
+	// batch are the prepared statements of a BATCH, the classifier's
+	// until the next request, to prepare on the node it runs on.
+	batch []*classify.Prepared
 }
 
 // route returns the route of a request classified as class, its replica
@@ -72,13 +75,24 @@ func (s *session) route(class *classify.Classification) route {
 	return r
 }
 
-// routeOf returns the route of a request classified as class, or none.
+// routeOf returns the route of a request classified as class, or none. A
+// BATCH is routed when it writes one partition, the most common batch and
+// the only one whose replicas are those of each of its statements.
 func routeOf(class *classify.Classification) route {
-	if class == nil || !class.Pinned || class.Internal || len(class.Partitions) == 0 || class.Batch {
+	if class == nil || !class.Pinned || class.Internal || len(class.Partitions) == 0 {
 		return route{}
 	}
 	p := class.Partitions[0]
-	return route{keyspace: p.Table.Keyspace, token: p.Token, ok: true}
+	r := route{keyspace: p.Table.Keyspace, token: p.Token, ok: true}
+	if class.Batch {
+		for _, q := range class.Partitions[1:] {
+			if q.Token != p.Token || q.Table.Keyspace != p.Table.Keyspace {
+				return route{}
+			}
+		}
+		r.batch = class.BatchPrepared
+	}
+	return r
 }
 
 // upstreamFor returns the connection to run the request req of header h
@@ -125,7 +139,7 @@ func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 				}
 			}
 		}
-		if u == s.up || (u != nil && s.ready(u, h, req)) {
+		if u == s.up || (u != nil && s.ready(u, h, req, r.batch)) {
 			return u
 		}
 		i := slices.Index(s.replicas, addr)
@@ -397,9 +411,10 @@ func useStatement(keyspace []byte) []byte {
 
 // ready brings u, a connection of the session to another node, to what
 // the request req of header h needs there: the session's keyspace, and an
-// EXECUTE's statement prepared. It reports false when u cannot be brought
-// there; the request then goes to up.
-func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
+// EXECUTE's statement, or batch, a BATCH's statements, prepared. It
+// reports false when u cannot be brought there; the request then goes to
+// up.
+func (s *session) ready(u *upstream, h frame.Header, req *request, batch []*classify.Prepared) bool {
 	if u.dead.Load() {
 		return false
 	}
@@ -412,17 +427,30 @@ func (s *session) ready(u *upstream, h frame.Header, req *request) bool {
 		}
 		u.keyspace = append(u.keyspace[:0], *ks...)
 	}
-	if h.Opcode != frame.OpExecute {
-		return true
+	if u.forget.Swap(false) {
+		clear(u.prepared)
 	}
-	st := req.prepared
+	switch h.Opcode {
+	case frame.OpExecute:
+		return s.preparedOn(u, h, req.prepared)
+	case frame.OpBatch:
+		for _, st := range batch {
+			if !s.preparedOn(u, h, st) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// preparedOn makes sure the statement st is prepared on u, preparing it
+// there on the stream of the request of header h if the session has not,
+// and reports whether it is.
+func (s *session) preparedOn(u *upstream, h frame.Header, st *classify.Prepared) bool {
 	if st == nil || st.ID() == nil {
 		return false
 	}
 	id := st.ID()
-	if u.forget.Swap(false) {
-		clear(u.prepared)
-	}
 	if _, known := u.prepared[string(id)]; known {
 		return true
 	}

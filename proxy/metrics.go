@@ -44,10 +44,12 @@ type Metrics struct {
 	rejections *prometheus.CounterVec
 	// routed counts requests with a partition, by where they ran
 	// (legs.go); legsOpened and legsFailed count the connections sessions
-	// opened to other nodes, and those they could not.
+	// opened to other nodes, and those they could not; ringNodes is how
+	// many nodes the ring routing reads has (ringsource.go).
 	routed     [routedOutcomes]prometheus.Counter
 	legsOpened prometheus.Counter
 	legsFailed prometheus.Counter
+	ringNodes  prometheus.Gauge
 }
 
 // Where a request with a partition ran, as cqlguard_routed_requests_total
@@ -106,6 +108,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.legsOpened = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cqlguard_upstream_routed_connections_total",
 		Help: "Connections client sessions opened to nodes other than their first, to run requests routed there."})
+	m.ringNodes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cqlguard_ring_nodes",
+		Help: "Nodes of the cluster's ring as routing last read it; 0 until it is read, and without routing."})
 	m.legsFailed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cqlguard_upstream_routed_connection_errors_total",
 		Help: "Connections to a replica a session could not open, or log in on; its requests ran on the session's first node."})
@@ -129,7 +134,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
 		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes,
-		routed, m.legsOpened, m.legsFailed)
+		routed, m.legsOpened, m.legsFailed, m.ringNodes)
 	return m
 }
 

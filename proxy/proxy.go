@@ -154,6 +154,7 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 		p.buffered = transport.NewBound(int(cfg.MaxBufferedBytesTotal), m.bufferWaits.Inc)
 	}
 	registerLoadGauges(reg, p)
+	reg.MustRegister(loadCollector{&p.loads})
 	p.epochUnix = p.epoch.UnixNano()
 	p.elapsed = func() int64 { return int64(time.Since(p.epoch)) }
 	for _, opt := range opts {

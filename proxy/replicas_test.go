@@ -1,13 +1,18 @@
 package proxy
 
 import (
+	"encoding/binary"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
@@ -190,6 +195,71 @@ func TestNodeScoreStalled(t *testing.T) {
 	for _, tc := range cases {
 		if got := tc.n.score(now) < busy.score(now); got != tc.want {
 			t.Errorf("%s: score %.0f against %.0f; want better: %t", tc.name, tc.n.score(now), busy.score(now), tc.want)
+		}
+	}
+}
+
+func TestDecay(t *testing.T) {
+	for _, x := range []float64{0, 1e-9, 1e-6, 1e-3, 1.0 / 129, 1.0 / 128, 0.5, 1, 10, 1000} {
+		if got, want := decay(x), math.Exp(-x); math.Abs(got-want) > 1e-7 {
+			t.Errorf("decay(%g) = %.10f, want %.10f", x, got, want)
+		}
+	}
+}
+
+// What routing knows of each node is exported per node: the requests sent
+// there, those in flight, and the latency it ranks replicas by.
+func TestNodeLoadMetrics(t *testing.T) {
+	t.Parallel()
+	nodes := startNodes(t, 3, fakenode.Options{})
+	cfg := config.Default()
+	cfg.Admin.Listen = ""
+	cfg.Listen, cfg.Upstreams = "127.0.0.1:0", []string{nodes[0].Addr()}
+	reg := prometheus.NewRegistry()
+	_, addr := serveProxy(t, cfg, testLogger(), reg, WithSchema(staticSchema{benchSnapshot(t)}),
+		WithRing(splitRing{low: nodes[1].Addr(), high: nodes[2].Addr()}))
+	cluster := gocql.NewCluster(addr)
+	cluster.ProtoVersion, cluster.NumConns = 4, 1
+	s, err := cluster.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const keys = 100
+	low := 0
+	for k := range keys {
+		if tokenOf(binary.BigEndian.AppendUint64(nil, uint64(k))) < 0 {
+			low++
+		}
+		if err := s.Query("SELECT v FROM bench.kv WHERE k = ?", k).Exec(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]float64{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "cqlguard_node_") {
+			continue
+		}
+		got[f.GetName()] = map[string]float64{}
+		for _, m := range f.GetMetric() {
+			got[f.GetName()][m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	// Each read on the node holding it, after the statement's PREPARE.
+	sent := got["cqlguard_node_requests_total"]
+	if sent[nodes[1].Addr()] != float64(1+low) || sent[nodes[2].Addr()] != float64(1+keys-low) {
+		t.Errorf("requests sent per node %v, want %d on %s and %d on %s", sent, 1+low, nodes[1].Addr(), 1+keys-low, nodes[2].Addr())
+	}
+	for _, n := range nodes[1:] {
+		if f := got["cqlguard_node_requests_in_flight"][n.Addr()]; f != 0 {
+			t.Errorf("%s: %v requests in flight once all are answered", n.Addr(), f)
+		}
+		if l := got["cqlguard_node_latency_seconds"][n.Addr()]; l <= 0 || l > 1 {
+			t.Errorf("%s: latency %vs", n.Addr(), l)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/ring"
@@ -95,6 +96,7 @@ type upstreamRing struct {
 	upstreams []string
 	refresh   time.Duration
 	log       zerolog.Logger
+	nodes     prometheus.Gauge // how many nodes the ring has
 	cur       atomic.Pointer[ringView]
 	stale     chan struct{}
 	failing   bool // the last read failed; run's only
@@ -152,6 +154,7 @@ func (u *upstreamRing) run(ctx context.Context) {
 			first := u.cur.Load() == nil || u.failing
 			u.failing = false
 			u.cur.Store(newRingView(r, u.local, resolved(u.upstreams)))
+			u.nodes.Set(float64(len(r.Nodes())))
 			if first {
 				u.log.Info().Int("nodes", len(r.Nodes())).Int("tokens", r.Tokens()).Msg("cluster ring read; routing requests to replicas")
 			}
@@ -193,6 +196,7 @@ func (p *Proxy) startRing(src *upstreamSchema, then func()) func() {
 		upstreams: p.cfg.Upstreams,
 		refresh:   time.Duration(p.cfg.Routing.Refresh),
 		log:       p.log.With().Str("component", "ring").Logger(),
+		nodes:     p.metrics.ringNodes,
 		stale:     make(chan struct{}, 1),
 	}
 	p.ring, p.ringStale = u, u.Stale

@@ -614,11 +614,15 @@ func (s *session) sentOn(r *request, u *upstream) {
 		u.activity++ // the node's silence counts from now
 	}
 	u.inflight++
-	if u.load != nil && !s.clientWaiting() {
+	r.up = u
+	if u.load == nil {
+		return
+	}
+	u.load.sent.Add(1)
+	if !s.clientWaiting() {
 		u.load.inflight.Add(1)
 		u.counted++
 	}
-	r.up = u
 }
 
 // wakeRequests lets the request path read again if it stopped at

@@ -147,14 +147,14 @@ func (c *conn) replyPlain(a *answer, h frame.Header) {
 // connection must close.
 func (c *conn) handle(f []byte, h frame.Header) error {
 	body := f[frame.HeaderSize:]
-	if h.Compressed() && h.Opcode != frame.OpBatch {
+	if h.Compressed() {
 		var err error
 		if body, err = c.dec.Body(c.comp, body, frame.MaxBodySize); err != nil {
 			c.protocolError(h, err.Error())
 			return nil
 		}
 	}
-	if h.Flags&frame.FlagCustomPayload != 0 && h.Opcode != frame.OpBatch {
+	if h.Flags&frame.FlagCustomPayload != 0 {
 		n, ok := frame.BytesMapLen(body)
 		if !ok {
 			c.protocolError(h, "bad custom payload")
@@ -175,11 +175,7 @@ func (c *conn) handle(f []byte, h frame.Header) error {
 	case frame.OpQuery:
 		return c.query(body, h)
 	case frame.OpBatch:
-		if c.reject() {
-			c.reply(c.rejection(true), h)
-		} else {
-			c.reply(c.n.void, h)
-		}
+		c.batch(body, h)
 	case frame.OpOptions:
 		c.replyPlain(c.n.supported[c.shard], h)
 	case frame.OpStartup:
@@ -291,15 +287,7 @@ func (c *conn) execute(body []byte, h frame.Header) {
 	}
 	st := (*c.n.prepared.Load())[string(id)]
 	if st == nil {
-		const msg = "fakenode: unknown prepared statement"
-		start := len(c.out)
-		c.out = frame.AppendHeader(c.out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpError})
-		c.out = binary.BigEndian.AppendUint32(c.out, uint32(frame.ErrCodeUnprepared))
-		c.out = binary.BigEndian.AppendUint16(c.out, uint16(len(msg)))
-		c.out = append(c.out, msg...)
-		c.out = binary.BigEndian.AppendUint16(c.out, uint16(len(id)))
-		c.out = append(c.out, id...)
-		frame.SetLength(c.out[start:])
+		c.unprepared(h, id)
 		return
 	}
 	rest := body[2+len(id):]
@@ -322,6 +310,47 @@ func (c *conn) execute(body []byte, h frame.Header) {
 		skip = 1
 	}
 	c.reply(st.result[skip], h)
+}
+
+// unprepared answers the request of header h with the Unprepared error for
+// the statement id, as a node that does not hold it does.
+func (c *conn) unprepared(h frame.Header, id []byte) {
+	const msg = "fakenode: unknown prepared statement"
+	start := len(c.out)
+	c.out = frame.AppendHeader(c.out, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: frame.OpError})
+	c.out = binary.BigEndian.AppendUint32(c.out, uint32(frame.ErrCodeUnprepared))
+	c.out = binary.BigEndian.AppendUint16(c.out, uint16(len(msg)))
+	c.out = append(c.out, msg...)
+	c.out = binary.BigEndian.AppendUint16(c.out, uint16(len(id)))
+	c.out = append(c.out, id...)
+	frame.SetLength(c.out[start:])
+}
+
+// batch answers a BATCH: Unprepared for the first prepared statement it
+// runs that the node does not hold, else as a write.
+func (c *conn) batch(body []byte, h frame.Header) {
+	b, err := frame.ParseBatch(body, h.Version)
+	if err != nil {
+		c.protocolError(h, "bad BATCH: "+err.Error())
+		return
+	}
+	known := *c.n.prepared.Load()
+	for {
+		st, ok := b.Next()
+		if !ok {
+			break
+		}
+		if st.Prepared && known[string(st.ID)] == nil {
+			c.unprepared(h, st.ID)
+			return
+		}
+	}
+	c.n.batches.Add(1)
+	if c.reject() {
+		c.reply(c.rejection(true), h)
+	} else {
+		c.reply(c.n.void, h)
+	}
 }
 
 func (c *conn) query(body []byte, h frame.Header) error {

@@ -139,6 +139,7 @@ type Node struct {
 	requests                                         atomic.Uint64
 	delay                                            atomic.Int64 // SetDelay's, in nanoseconds
 	slowRequests                                     atomic.Uint64
+	batches                                          atomic.Uint64 // run, not refused
 
 	mu       sync.Mutex // guards what follows and writers of prepared
 	cold     map[string]*answer
@@ -283,6 +284,10 @@ func (n *Node) SetDelay(d time.Duration) { n.delay.Store(int64(d)) }
 
 // Requests is how many requests the node has answered.
 func (n *Node) Requests() uint64 { return n.requests.Load() }
+
+// Batches returns how many BATCHes the node ran: those it answered
+// Unprepared for are not counted.
+func (n *Node) Batches() uint64 { return n.batches.Load() }
 
 // SlowRequests is how many queries containing Options.SlowQuery the
 // node has received. Unlike Requests, it counts a query when it arrives,

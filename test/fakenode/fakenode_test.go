@@ -246,7 +246,16 @@ func TestRequestPathAllocatesNothing(t *testing.T) {
 				body = append(body, make([]byte, 1+3*int(v/5))...)
 				add(frame.OpQuery, body)
 			}
-			add(frame.OpBatch, []byte{1, 0, 0})
+			// An unlogged batch of the prepared statement, consistency ONE.
+			batch := []byte{1, 0, 1, 1}
+			batch = binary.BigEndian.AppendUint16(batch, 16)
+			batch = append(batch, id[:]...)
+			batch = binary.BigEndian.AppendUint16(batch, 1)
+			batch = binary.BigEndian.AppendUint32(batch, 8)
+			batch = binary.BigEndian.AppendUint64(batch, 42)
+			batch = append(batch, 0, 1)
+			batch = append(batch, make([]byte, 1+3*int(v/5))...)
+			add(frame.OpBatch, batch)
 
 			rec := &recordConn{}
 			c := &conn{n: s, nc: rec, comp: comp}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -139,15 +140,17 @@ func experimentKeyspace(t *testing.T, hosts []string, ks string, rf, keys int) {
 
 // routingPath is one way a client reaches the cluster.
 type routingPath struct {
-	name    string
-	session func(t *testing.T) (*gocql.Session, func())
+	name string
+	// session opens a session on the path, and returns it, what closes
+	// it, and the cqlguard it goes through (nil for none).
+	session func(t *testing.T) (*gocql.Session, func(), *fileProxy)
 }
 
 // routingPaths returns gocql straight to the cluster with its token-aware
 // policy (replicas shuffled when shuffle is set), and gocql through
 // cqlguard with its connections pinned and routed.
 func routingPaths(hosts []string, ks string, shuffle bool) []routingPath {
-	direct := func(t *testing.T) (*gocql.Session, func()) {
+	direct := func(t *testing.T) (*gocql.Session, func(), *fileProxy) {
 		c := gocql.NewCluster(hosts...)
 		c.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: password}
 		c.Timeout = 30 * time.Second
@@ -162,10 +165,10 @@ func routingPaths(hosts []string, ks string, shuffle bool) []routingPath {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, s.Close
+		return s, s.Close, nil
 	}
-	through := func(routed bool) func(t *testing.T) (*gocql.Session, func()) {
-		return func(t *testing.T) (*gocql.Session, func()) {
+	through := func(routed bool) func(t *testing.T) (*gocql.Session, func(), *fileProxy) {
+		return func(t *testing.T) (*gocql.Session, func(), *fileProxy) {
 			fp := serveFile(t, fmt.Sprintf(`mode: cluster
 upstreams: [%s:9042]
 routing:
@@ -182,7 +185,7 @@ schema:
 			if routed {
 				waitRouted(t, s, fp, ks+".kv")
 			}
-			return s, s.Close
+			return s, s.Close, fp
 		}
 	}
 	return []routingPath{
@@ -210,7 +213,7 @@ func TestRoutingCost(t *testing.T) {
 	for round := range rounds {
 		for i, p := range paths {
 			t.Run(fmt.Sprintf("%s/%d", p.name, round), func(t *testing.T) {
-				s, done := p.session(t)
+				s, done, _ := p.session(t)
 				defer done()
 				runLoad(t, s, ks+".kv", keys, 8, true, 3*time.Second) // warm-up
 				cpu0 := cpuTime(t, pids)
@@ -255,9 +258,10 @@ func TestRoutedTail(t *testing.T) {
 	for round := range rounds {
 		for i, p := range paths {
 			t.Run(fmt.Sprintf("%s/%d", p.name, round), func(t *testing.T) {
-				s, done := p.session(t)
+				s, done, fp := p.session(t)
 				defer done()
 				runLoad(t, s, ks+".kv", keys, 8, false, 3*time.Second) // warm-up
+				sentBefore := nodeRequests(t, fp, hosts)
 				counts, err := cluster.NewReader(gocql.PasswordAuthenticator{Username: user, Password: password}, hosts...)
 				if err != nil {
 					t.Fatal(err)
@@ -279,9 +283,10 @@ func TestRoutedTail(t *testing.T) {
 				}
 				d := after.Since(before)
 				table := cluster.Table{Keyspace: ks, Name: "kv"}
-				for _, h := range hosts {
+				sent := nodeRequests(t, fp, hosts)
+				for j, h := range hosts {
 					c := d[h].Tables[table]
-					t.Logf("%s: coordinated %d reads, served %d", h, c.CoordinatorReads, c.LocalReads)
+					t.Logf("%s: coordinated %d reads, served %d; cqlguard sent it %.0f", h, c.CoordinatorReads, c.LocalReads, sent[j]-sentBefore[j])
 				}
 				r := &results[i]
 				r.p99 = append(r.p99, ms(lat.Percentile(99)))
@@ -327,7 +332,7 @@ func TestRoutedNodeLost(t *testing.T) {
 	hosts := useCluster(t)
 	const ks, keys, workers = "cqlguard_routing_lost", 10000, 8
 	experimentKeyspace(t, hosts, ks, 3, keys)
-	s, done := routingPaths(hosts, ks, true)[2].session(t)
+	s, done, fp := routingPaths(hosts, ks, true)[2].session(t)
 	defer done()
 	table := ks + ".kv"
 	var mu sync.Mutex
@@ -386,6 +391,7 @@ func TestRoutedNodeLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	backAt := time.Now()
+	first := nodeRequests(t, fp, hosts)[2]
 	r, err := cluster.NewReader(gocql.PasswordAuthenticator{Username: user, Password: password}, victim)
 	if err != nil {
 		t.Fatal(err)
@@ -396,6 +402,19 @@ func TestRoutedNodeLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What cqlguard sent the node from then on, as its metrics say, before
+	// what the node says it coordinated.
+	var sentAfter [2]time.Duration // its first request, its 100th
+	for i := 0; i < len(sentAfter) && time.Since(backAt) < time.Minute; {
+		n := nodeRequests(t, fp, hosts)[2] - first
+		for i < len(sentAfter) && n >= [...]float64{1, 100}[i] {
+			sentAfter[i] = time.Since(backAt)
+			i++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("cqlguard sent %s its first request %v and its 100th %v after it was up", victim,
+		sentAfter[0].Round(10*time.Millisecond), sentAfter[1].Round(10*time.Millisecond))
 	for {
 		time.Sleep(200 * time.Millisecond)
 		now, err := r.Snapshot(ctx, ks)
@@ -416,4 +435,18 @@ func TestRoutedNodeLost(t *testing.T) {
 	wg.Wait()
 	a2, f2 := counts()
 	t.Logf("in all: %d answered, %d failed", a2, f2)
+}
+
+// nodeRequests returns what cqlguard_node_requests_total of fp says it
+// sent each of hosts (port 9042); zeros without fp.
+func nodeRequests(t *testing.T, fp *fileProxy, hosts []string) []float64 {
+	t.Helper()
+	sent := make([]float64, len(hosts))
+	if fp == nil {
+		return sent
+	}
+	for i, h := range hosts {
+		sent[i] = counterValue(t, fp, "cqlguard_node_requests_total", "node", net.JoinHostPort(h, "9042"))
+	}
+	return sent
 }

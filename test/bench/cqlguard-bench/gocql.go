@@ -38,11 +38,25 @@ var gocqlModes = []gocqlMode{
 const (
 	haproxyPath  = "HAProxy"
 	cqlguardPath = "cqlguard"
+	// routedPath is cqlguard in front of a fake cluster of three nodes
+	// (clusterNodes), each holding a third of the keys: the session's
+	// connection to one and its own connections to the others, opened as
+	// requests for their keys come, each request sent to the node that
+	// holds its key.
+	routedPath = "cqlguard, routed"
+)
+
+// clusterNodes is how many fake nodes the routed row's cluster has, and
+// clusterListen where the first listens (the others at the next IPs).
+const (
+	clusterNodes  = 3
+	clusterListen = "127.0.0.11:0"
 )
 
 // gocqlPathNames are the names -gocql-paths takes, by path.
 var gocqlPathNames = map[string]string{
 	"relay": relayPath, "eventloop": loopRelayPath, "haproxy": haproxyPath, "cqlguard": cqlguardPath,
+	"routed": routedPath,
 }
 
 // parseGocqlPaths reads -gocql-paths: a comma-separated list of
@@ -53,7 +67,7 @@ func parseGocqlPaths(list string) (map[string]bool, error) {
 	for name := range strings.SplitSeq(list, ",") {
 		p, ok := gocqlPathNames[strings.TrimSpace(name)]
 		if !ok {
-			return nil, fmt.Errorf("-gocql-paths: %q is none of relay, eventloop, haproxy, cqlguard", name)
+			return nil, fmt.Errorf("-gocql-paths: %q is none of relay, eventloop, haproxy, cqlguard, routed", name)
 		}
 		paths[p] = true
 	}
@@ -166,7 +180,7 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 		return nil, nil
 	}
 	targets := []*gocqlTarget{{path: "direct", addr: s.upstreamAddr}}
-	for _, p := range []string{relayPath, loopRelayPath, haproxyPath, cqlguardPath} {
+	for _, p := range []string{relayPath, loopRelayPath, haproxyPath, cqlguardPath, routedPath} {
 		if s.gocqlPaths[p] {
 			targets = append(targets, &gocqlTarget{path: p})
 		}
@@ -181,6 +195,8 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 			t.px, t.err = s.startHAProxy(ctx)
 		case cqlguardPath:
 			t.px, t.err = s.startProxy(ctx, "cqlguard-gocql", countedLimits)
+		case routedPath:
+			t.px, t.err = s.startRouted(ctx)
 		}
 		if t.px != nil {
 			t.addr = t.px.addr
@@ -228,7 +244,31 @@ func (s *suite) gocqlRows(ctx context.Context) ([]*gocqlRow, error) {
 			fmt.Fprintln(s.stderr)
 		}
 	}
+	for i, t := range targets {
+		if t.path == routedPath && t.px != nil {
+			s.checkRouted(ctx, t.px, rows, i, len(targets))
+		}
+	}
 	return rows, nil
+}
+
+// checkRouted notes on the routed rows (every paths-th from i) a share of
+// requests under 99% run on their replica, which would make them measure
+// something else than routing.
+func (s *suite) checkRouted(ctx context.Context, px *proxy, rows []*gocqlRow, i, paths int) {
+	m, err := scrape(ctx, px.metricsURL)
+	if err != nil {
+		return
+	}
+	replica := m.sum("cqlguard_routed_requests_total", `to="replica"`)
+	all := m.sum("cqlguard_routed_requests_total")
+	fmt.Fprintf(s.stderr, "%s: %.0f of %.0f requests with a partition ran on their replica\n", routedPath, replica, all)
+	if all > 0 && replica/all >= 0.99 {
+		return
+	}
+	for ; i < len(rows); i += paths {
+		rows[i].note += fmt.Sprintf("only %.0f of %.0f requests on their replica", replica, all)
+	}
 }
 
 // unpinnedGocqlRows measures the gocql rows again with nothing pinned: a
@@ -302,6 +342,43 @@ func (s *suite) runGocql(ctx context.Context, t *gocqlTarget, m gocqlMode) (gocq
 // to the start of its clock: the process, the session's first connection
 // and the statement's preparation.
 const gocqlSessionStart = 500 * time.Millisecond
+
+// startRouted starts the fake cluster, pinned as the upstream is, and a
+// cqlguard in front of its first node, which learns the others from it
+// and routes (cluster mode's default), with the cqlguard row's limits.
+func (s *suite) startRouted(ctx context.Context) (*proxy, error) {
+	cmd := s.command(ctx, 0, s.self, "upstream", "-listen", clusterListen, "-nodes", strconv.Itoa(clusterNodes))
+	addr, err := s.startListening(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("fake cluster did not start: %w", err)
+	}
+	px, err := s.startProxyTo(ctx, "cqlguard-routed", addr, countedLimits)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitRing(ctx, px, clusterNodes); err != nil {
+		return nil, err
+	}
+	return px, nil
+}
+
+// waitRing waits until cqlguard's /metrics shows it knows a ring of nodes
+// nodes: until then it runs every request on the connection's node.
+func waitRing(ctx context.Context, px *proxy, nodes int) error {
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		m, err := scrape(ctx, px.metricsURL)
+		if err != nil {
+			return err
+		}
+		if m["cqlguard_ring_nodes"] >= float64(nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cqlguard knows %v of the cluster's %d nodes after 20s: %s", m["cqlguard_ring_nodes"], nodes, tail(px.logPath))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
 
 // startHAProxy starts haproxy in TCP mode in front of the upstream, pinned
 // as cqlguard is, from a configuration it writes: one frontend on a

@@ -22,10 +22,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime/trace"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -93,6 +95,7 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:19042", "address to listen on (port 0 picks one)")
+	nodes := fs.Int("nodes", 1, "nodes of the fake cluster: the first at -listen, the others at the next IPs on its port, each the others' peer, one token each, bench at replication factor 1")
 	// Like the Cassandra 5 nodes it stands in for, it serves system.peers_v2.
 	o := fakenode.Options{PeersV2: true}
 	fs.StringVar(&o.Keyspace, "keyspace", "bench", "keyspace of the one user table")
@@ -108,15 +111,58 @@ func runUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	o.MaxVersion = uint8(*maxVersion)
-	s, err := fakenode.Start(*listen, o)
+	ns, err := startNodes(*listen, *nodes, o)
+	for _, n := range ns {
+		defer n.Close()
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "listening on", s.Addr())
+	fmt.Fprintln(stdout, "listening on", ns[0].Addr())
 	<-ctx.Done()
-	s.Close()
-	fmt.Fprintf(stderr, "answered %d requests\n", s.Requests())
+	var answered uint64
+	for _, n := range ns {
+		answered += n.Requests()
+	}
+	fmt.Fprintf(stderr, "answered %d requests\n", answered)
 	return nil
+}
+
+// startNodes starts n fake nodes with options o: the first at listen, the
+// others at the IPs after its IP, on the port the first got, each listing
+// the others as its peers. It returns those it started.
+func startNodes(listen string, n int, o fakenode.Options) ([]*fakenode.Node, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("-nodes %d: want at least 1", n)
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("-listen %q: %w", listen, err)
+	}
+	first, err := netip.ParseAddr(host)
+	if err != nil && n > 1 {
+		return nil, fmt.Errorf("-listen %q: -nodes above 1 needs an IP: %w", listen, err)
+	}
+	ips := []string{host}
+	for ip := first; len(ips) < n; {
+		ip = ip.Next()
+		ips = append(ips, ip.String())
+	}
+	var nodes []*fakenode.Node
+	for i, ip := range ips {
+		opts := o
+		opts.Peers = slices.Delete(slices.Clone(ips), i, i+1)
+		node, err := fakenode.Start(net.JoinHostPort(ip, port), opts)
+		if err != nil {
+			return nodes, err
+		}
+		nodes = append(nodes, node)
+		if i == 0 {
+			// The peers listen on the port the first node got.
+			_, port, _ = net.SplitHostPort(node.Addr())
+		}
+	}
+	return nodes, nil
 }
 
 func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) error {

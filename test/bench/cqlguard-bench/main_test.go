@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/cqlguard/cqlguard/test/fakenode"
 	"github.com/cqlguard/cqlguard/test/load"
@@ -199,6 +202,7 @@ func TestParseGocqlPaths(t *testing.T) {
 		err  bool
 	}{
 		{list: "cqlguard", want: []string{relayPath, cqlguardPath}},
+		{list: "cqlguard,routed", want: []string{relayPath, cqlguardPath, routedPath}},
 		{list: "relay, haproxy,eventloop", want: []string{relayPath, haproxyPath, loopRelayPath}},
 		{list: "cqlguard,nginx", err: true},
 	} {
@@ -270,5 +274,45 @@ func TestLoadCommand(t *testing.T) {
 	}
 	if err := run([]string{"nonsense"}, &stdout, &stderr); err == nil {
 		t.Error("unknown command accepted")
+	}
+}
+
+// The fake cluster's nodes share a port at consecutive IPs, and each
+// lists the others as its peers, so that a client reading one learns all.
+func TestStartNodes(t *testing.T) {
+	nodes, err := startNodes("127.0.0.21:0", 3, fakenode.Options{PeersV2: true})
+	for _, n := range nodes {
+		defer n.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(nodes[0].Addr())
+	for i, want := range []string{"127.0.0.21", "127.0.0.22", "127.0.0.23"} {
+		if got := nodes[i].Addr(); got != net.JoinHostPort(want, port) {
+			t.Errorf("node %d at %s, want %s:%s", i, got, want, port)
+		}
+	}
+	c := gocql.NewCluster(nodes[1].Addr())
+	c.ProtoVersion, c.DisableInitialHostLookup = 4, true
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var peers []string
+	var peer net.IP
+	it := s.Query("SELECT peer FROM system.peers_v2").Iter()
+	for it.Scan(&peer) {
+		peers = append(peers, peer.String())
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"127.0.0.21", "127.0.0.23"}; !slices.Equal(peers, want) {
+		t.Errorf("node 2's peers %v, want %v", peers, want)
+	}
+	if _, err := startNodes("localhost:0", 2, fakenode.Options{}); err == nil {
+		t.Error("startNodes with a host name and 2 nodes: no error")
 	}
 }

@@ -97,7 +97,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&s.gocqlConcurrency, "gocql-concurrency", 64, "requests in flight over all connections in the gocql runs")
 	fs.IntVar(&s.gocqlRuns, "gocql-runs", 1, "runs of each gocql row, reported as medians")
 	fs.BoolVar(&s.gocqlUnpinned, "gocql-unpinned", true, "with -pin split, also run the gocql rows with nothing pinned, in a second table")
-	paths := fs.String("gocql-paths", "relay,eventloop,haproxy,cqlguard", "the proxies of the gocql rows, of relay, eventloop, haproxy and cqlguard (the Go relay always runs)")
+	paths := fs.String("gocql-paths", "relay,eventloop,haproxy,cqlguard,routed", "the proxies of the gocql rows, of relay, eventloop, haproxy, cqlguard and routed (cqlguard in front of a fake cluster of three nodes; the Go relay always runs)")
 	fs.StringVar(&s.rejectLimits, "reject-limits", "", "YAML file with the limits section that makes cqlguard reject every request of the rejected row (default: bench.kv at 1 read/s)")
 	out := fs.String("out", "", "also write the table to this file")
 	fs.BoolVar(&s.verbose, "v", false, "print each run's summary")
@@ -475,6 +475,12 @@ type proxy struct {
 // startProxy starts cqlguard in front of the upstream, its configuration
 // extended with extra.
 func (s *suite) startProxy(ctx context.Context, name, extra string) (*proxy, error) {
+	return s.startProxyTo(ctx, name, s.upstreamAddr, extra)
+}
+
+// startProxyTo starts cqlguard in front of the node at upstream, its
+// configuration extended with extra.
+func (s *suite) startProxyTo(ctx context.Context, name, upstream, extra string) (*proxy, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -486,7 +492,7 @@ func (s *suite) startProxy(ctx context.Context, name, extra string) (*proxy, err
 	}
 	// /hot on, at its default size, said here so that every row keeps it.
 	cfg := fmt.Sprintf("listen: %s\nupstreams: [%s]\nadmin:\n  listen: 127.0.0.1:%d\n  hot_partitions: 100\nlog:\n  level: warn\n%s",
-		px.addr, s.upstreamAddr, ports[1], extra)
+		px.addr, upstream, ports[1], extra)
 	cfgPath := filepath.Join(s.dir, name+".yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
