@@ -414,7 +414,7 @@ func TestBadInput(t *testing.T) {
 		{
 			name: "BATCH with a garbage body", version: 4,
 			input:  func(c *badClient) []byte { return rawFrame(4, 13, frame.OpBatch, 2, 9, 9) },
-			want:   &clientAnswer{13, frame.OpResult, 0, ""}, // the node's answer
+			want:   &clientAnswer{13, frame.OpError, 0x000A, "bad BATCH"}, // the node's answer
 			reason: "bad_request_body", level: "info", logged: "request body not understood; forwarded unclassified",
 		},
 		{
