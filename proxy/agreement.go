@@ -160,10 +160,10 @@ func versionsAgree(ctx context.Context, s *gocql.Session, node string) (bool, er
 	}
 	var local gocql.UUID
 	if err := s.Query("SELECT schema_version FROM system.local WHERE key = 'local'").
-		SetHostID(id).WithContext(ctx).Scan(&local); err != nil {
+		SetHostID(id).ScanContext(ctx, &local); err != nil {
 		return false, fmt.Errorf("reading its schema version: %w", err)
 	}
-	iter := s.Query("SELECT schema_version FROM system.peers").SetHostID(id).WithContext(ctx).Iter()
+	iter := s.Query("SELECT schema_version FROM system.peers").SetHostID(id).IterContext(ctx)
 	var peer gocql.UUID
 	agreed := true
 	for iter.Scan(&peer) {

@@ -409,7 +409,7 @@ func (s *session) awaitAgreement(node string) error {
 	defer cancel()
 	start := time.Now()
 	if err := s.p.agreement.wait(ctx, node); err != nil {
-		s.log.Warn().Err(err).Dur("waited", time.Since(start)).Msg("the nodes do not agree on the schema; answering the schema change anyway")
+		s.log.Warn().Err(err).Float64("waited_seconds", time.Since(start).Seconds()).Msg("the nodes do not agree on the schema; answering the schema change anyway")
 	}
 	return nil
 }
