@@ -49,11 +49,14 @@ type Proxy struct {
 	// the shard that owns it (shards.go).
 	shards shardings
 	// loads are the nodes' loads, as routing ranks replicas by them.
-	loads   nodeLoads
-	schema  SchemaSource
-	observe func(*classify.Classification)
-	stopBg  func()    // stops background work (schema loading)
-	epoch   time.Time // origin of the monotonic request timestamps
+	loads  nodeLoads
+	schema SchemaSource
+	// agreement holds answers to schema changes until the cluster agrees
+	// (agreement.go); nil in node mode, where drivers wait themselves.
+	agreement *schemaAgreement
+	observe   func(*classify.Classification)
+	stopBg    func()    // stops background work (schema loading)
+	epoch     time.Time // origin of the monotonic request timestamps
 	// epochUnix is epoch in Unix nanoseconds: the limiter's clock reads
 	// epochUnix plus a request timestamp, so that the request path reads
 	// the time once (see clock).
@@ -185,9 +188,20 @@ func New(cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts 
 			return nil, err
 		}
 		p.schema, p.stopBg = s, stop
+		if p.agreement == nil && cfg.Mode == config.ModeCluster {
+			p.agreement = newSchemaAgreement(agreementOf(src))
+		}
 		if p.ring == nil && cfg.Mode == config.ModeCluster && cfg.Routing.Replicas {
 			p.stopBg = p.startRing(src, stop)
 		}
+	}
+	if st, ok := p.ring.(interface{ Stale() }); ok && p.ringStale == nil {
+		// A ring given (WithRing) that can be read again is asked to be.
+		p.ringStale = st.Stale
+	}
+	if cfg.Mode != config.ModeCluster {
+		// Drivers see every node, through its proxy, and wait themselves.
+		p.agreement = nil
 	}
 	p.topo.onSchemaChange = p.schema.Refresh
 	reg.MustRegister(newGuardCollector(p))

@@ -4,9 +4,11 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cqlguard/cqlguard/classify"
 	"github.com/cqlguard/cqlguard/frame"
@@ -180,6 +182,11 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 			s.forgetPrepared(u, f, h, comp)
 		}
 		s.answeredRequest(a, comp)
+		if req.ddl && h.Opcode == frame.OpResult && s.p.agreement != nil && s.schemaChanged(f, h, comp) {
+			if err := s.awaitAgreement(u.addr); err != nil {
+				return idle, err
+			}
+		}
 	}
 	if h.Opcode == frame.OpEvent || req.reply != replyForward {
 		var keep bool
@@ -373,4 +380,36 @@ func (s *session) forgetPrepared(u *upstream, f []byte, h frame.Header, comp fra
 		return
 	}
 	u.forget.Store(true)
+}
+
+// schemaChanged reports whether f (h), a RESULT, is a Schema_change.
+func (s *session) schemaChanged(f []byte, h frame.Header, comp frame.Compression) bool {
+	if !h.Compressed() {
+		comp = frame.CompressionNone
+	}
+	whole, err := s.responseBody(f, comp)
+	if err != nil {
+		return false
+	}
+	body, _ := frame.ResponseMessage(whole, h)
+	kind, ok := frame.ResultKind(body)
+	return ok && kind == frame.ResultKindSchemaChange
+}
+
+// awaitAgreement holds the answer to a schema change from node, about to be
+// written, until the cluster's nodes agree on the schema, or for
+// schemaAgreementWait at most: the client's next statement may run on any
+// node. What is already written is sent first; the client's other answers
+// on this connection wait with it, as they would behind a slow answer.
+func (s *session) awaitAgreement(node string) error {
+	if err := s.toClient.Push(); err != nil {
+		return fmt.Errorf("%w: %w", errClientGone, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), schemaAgreementWait)
+	defer cancel()
+	start := time.Now()
+	if err := s.p.agreement.wait(ctx, node); err != nil {
+		s.log.Warn().Err(err).Float64("waited_seconds", time.Since(start).Seconds()).Msg("the nodes do not agree on the schema; answering the schema change anyway")
+	}
+	return nil
 }

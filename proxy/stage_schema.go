@@ -22,5 +22,11 @@ func (schemaStage) admit(s *session, c *call) (outcome, bool) {
 func (schemaStage) answered(s *session, a *answer) {
 	if a.req.ddl && a.h.Opcode == frame.OpResult {
 		s.p.schema.Refresh()
+		// The ring places a keyspace's replicas by its replication: one
+		// just made, or changed, is routed once the ring is read again,
+		// not at the next refresh.
+		if s.p.ringStale != nil {
+			s.p.ringStale()
+		}
 	}
 }

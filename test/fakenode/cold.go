@@ -49,6 +49,10 @@ func (n *Node) encodeCold(q string, keyspace []byte) *answer {
 			ks = keyspace
 		}
 		msg = n.selectMessage(q, strings.ToLower(string(ks)), strings.ToLower(string(st.Table)))
+	default:
+		if m := schemaChange(q, string(keyspace)); m != nil {
+			msg = m
+		}
 	}
 	a, err := messageAnswer(same(msg))
 	if err != nil {
@@ -220,4 +224,40 @@ func (n *Node) serverError(err error) *answer {
 	return newAnswer(frame.OpError, func(uint8) []byte {
 		return errorBody(frame.ErrCodeServer, "fakenode: "+err.Error())
 	})
+}
+
+// schemaChange answers a CREATE, ALTER or DROP of a keyspace or table, in
+// keyspace unless it names one, as Cassandra does: a RESULT Schema_change
+// naming what changed. It returns nil for any other statement.
+func schemaChange(q, keyspace string) message.Message {
+	words := strings.Fields(strings.ToLower(strings.TrimRight(q, "; \t\r\n")))
+	if len(words) < 3 {
+		return nil
+	}
+	change := map[string]primitive.SchemaChangeType{
+		"create": primitive.SchemaChangeTypeCreated,
+		"alter":  primitive.SchemaChangeTypeUpdated,
+		"drop":   primitive.SchemaChangeTypeDropped,
+	}[words[0]]
+	if change == "" {
+		return nil
+	}
+	name := words[2]
+	for i := 2; i < len(words) && (words[i] == "if" || words[i] == "not" || words[i] == "exists"); i++ {
+		if i+1 < len(words) {
+			name = words[i+1]
+		}
+	}
+	name, _, _ = strings.Cut(name, "(")
+	switch words[1] {
+	case "keyspace":
+		return &message.SchemaChangeResult{ChangeType: change, Target: primitive.SchemaChangeTargetKeyspace, Keyspace: name}
+	case "table":
+		ks, table, ok := strings.Cut(name, ".")
+		if !ok {
+			ks, table = keyspace, name
+		}
+		return &message.SchemaChangeResult{ChangeType: change, Target: primitive.SchemaChangeTargetTable, Keyspace: ks, Object: table}
+	}
+	return nil
 }

@@ -88,14 +88,22 @@ func TestGocqlThroughProxy(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(fmt.Sprintf("v%d-%s", v.proto, v.name), func(t *testing.T) {
-			exerciseGocql(t, v.proto, v.comp, fmt.Sprintf("cqlguard_go_v%d_%s", v.proto, v.name))
+			exerciseGocql(t, proxyAddr, v.proto, v.comp, fmt.Sprintf("cqlguard_go_v%d_%s", v.proto, v.name))
 		})
 	}
 }
 
-func exerciseGocql(t *testing.T, proto int, comp gocql.Compressor, ks string) {
+// exerciseGocql runs gocql through the proxy at addr, on protocol proto
+// with compression comp, in keyspace ks (dropped and made afresh), and
+// checks that the driver learns of and dials the proxy alone.
+func exerciseGocql(t *testing.T, addr string, proto int, comp gocql.Compressor, ks string) {
+	t.Helper()
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dialer, hosts := &recordingDialer{}, &hostRecorder{}
-	cluster := newCluster(proxyHost, proto, comp, dialer, hosts)
+	cluster := newCluster(addr, proto, comp, dialer, hosts)
 	s, err := cluster.CreateSession()
 	if err != nil {
 		t.Fatalf("connecting through the proxy: %v", err)
@@ -197,7 +205,7 @@ func exerciseGocql(t *testing.T, proto int, comp gocql.Compressor, ks string) {
 	}
 
 	// USE: gocql sends it on every connection when a keyspace is set.
-	kcluster := newCluster(proxyHost, proto, comp, dialer, hosts)
+	kcluster := newCluster(addr, proto, comp, dialer, hosts)
 	kcluster.Keyspace = ks
 	ks2, err := kcluster.CreateSession()
 	if err != nil {
@@ -222,10 +230,10 @@ func exerciseGocql(t *testing.T, proto int, comp gocql.Compressor, ks string) {
 	must("drop keyspace", "DROP KEYSPACE "+ks)
 
 	// The driver saw the proxy and nothing else.
-	if got := hosts.seen(); !slices.Equal(got, []string{proxyHost}) {
-		t.Errorf("driver learned of hosts %v, want only the proxy %s", got, proxyHost)
+	if got := hosts.seen(); !slices.Equal(got, []string{host}) {
+		t.Errorf("driver learned of hosts %v, want only the proxy %s", got, host)
 	}
-	if got := dialer.dialed(); !slices.Equal(got, []string{proxyAddr}) {
-		t.Errorf("driver dialed %v, want only the proxy %s", got, proxyAddr)
+	if got := dialer.dialed(); !slices.Equal(got, []string{addr}) {
+		t.Errorf("driver dialed %v, want only the proxy %s", got, addr)
 	}
 }

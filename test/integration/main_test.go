@@ -74,7 +74,7 @@ func TestMain(m *testing.M) {
 // withoutCassandra are the tests that need no single node: those in front
 // of the fake node and those against the three-node cluster. A -run that
 // selects none but these starts no single node.
-var withoutCassandra = map[string]bool{"TestPrometheus": true, "TestScaleOut": true, "TestClusterCounters": true}
+var withoutCassandra = map[string]bool{"TestPrometheus": true, "TestScaleOut": true, "TestClusterCounters": true, "TestDriversRoutedOnCluster": true}
 
 // needsCassandra reports whether -run selects a test of this package that
 // is not in withoutCassandra, or cannot tell. The tests' names come from
