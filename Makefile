@@ -67,8 +67,9 @@ integration:
 
 # bench measures cqlguard against a fake upstream node, each workload direct,
 # through a Go relay, an event-loop relay and HAProxy (installed first; its rows are skipped if that
-# fails) and through cqlguard, and prints the tables (docs/benchmarks.md),
-# the gocql rows pinned and again unpinned; about nine minutes. BENCHFLAGS passes flags to the suite, say BENCHFLAGS='-only gocql'.
+# fails) and through cqlguard, the gocql rows also through cqlguard routing in
+# front of a fake cluster of three nodes, and prints the tables (docs/benchmarks.md),
+# the gocql rows pinned and again unpinned; about ten minutes. BENCHFLAGS passes flags to the suite, say BENCHFLAGS='-only gocql'.
 bench: build
 	$(GO) build -o bin/cqlguard-bench ./test/bench/cqlguard-bench
 	-bash test/haproxy/haproxy.sh install
