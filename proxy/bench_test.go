@@ -136,11 +136,19 @@ func pipeline(b *testing.B, addr string, op frame.Opcode, body []byte) {
 // pipelineVersion is pipeline in protocol version v, in LZ4 segments on v5
 // when lz4 is set.
 func pipelineVersion(b *testing.B, addr string, v uint8, lz4 bool, op frame.Opcode, body []byte) {
+	c, r, segs := dialPipeline(b, addr, v, lz4)
+	defer c.Close()
+	runPipeline(b, c, r, segs, v, op, body)
+}
+
+// dialPipeline opens a connection to the proxy at addr in protocol version
+// v, in LZ4 segments on v5 when lz4 is set, for runPipeline.
+func dialPipeline(b *testing.B, addr string, v uint8, lz4 bool) (net.Conn, *frame.Reader, *frame.SegmentWriter) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
 	startup := []byte{0, 0}
 	if lz4 {
 		startup = []byte{0, 1, 0, 11, 'C', 'O', 'M', 'P', 'R', 'E', 'S', 'S', 'I', 'O', 'N', 0, 3, 'l', 'z', '4'}
@@ -155,6 +163,12 @@ func pipelineVersion(b *testing.B, addr string, v uint8, lz4 bool, op frame.Opco
 		r.UseSegments(lz4)
 		segs = frame.NewSegmentWriter(lz4)
 	}
+	return c, r, segs
+}
+
+// runPipeline is pipeline's loop on c, read by r, in segments when segs is
+// set.
+func runPipeline(b *testing.B, c net.Conn, r *frame.Reader, segs *frame.SegmentWriter, v uint8, op frame.Opcode, body []byte) {
 	const inflight = 128
 	reqs := make([][]byte, inflight)
 	for i := range reqs {
@@ -342,4 +356,47 @@ func BenchmarkRouted(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkRoutedExecute pipelines EXECUTEs of a read of one partition,
+// 128 in flight, through a proxy that routes them to another node than the
+// connection's (fake nodes), which keeps a copy of each until its answer,
+// to send it again should the node have forgotten the statement
+// (reprepare.go). It reports the whole process's allocations per request.
+func BenchmarkRoutedExecute(b *testing.B) {
+	up, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(up.Close)
+	other, err := fakenode.Start("127.0.0.1:0", fakenode.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(other.Close)
+	cfg := config.Default()
+	cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up.Addr()}, ""
+	p, addr := serveProxy(b, cfg, testLogger(), prometheus.NewRegistry(),
+		WithSchema(staticSchema{benchSnapshot(b)}), WithRing(listRing{other.Addr()}))
+	c, r, segs := dialPipeline(b, addr, 4, false)
+	q := "SELECT v FROM bench.kv WHERE k = ?"
+	prep := binary.BigEndian.AppendUint32(nil, uint32(len(q)))
+	prep = append(prep, q...)
+	c.Write(append(frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpPrepare, Length: len(prep)}), prep...))
+	f, h, err := r.Next()
+	if err != nil || h.Opcode != frame.OpResult {
+		b.Fatalf("PREPARE: %v %v", h.Opcode, err)
+	}
+	res := f[frame.HeaderSize+4:]
+	id := res[2 : 2+binary.BigEndian.Uint16(res)]
+	// The id, consistency ONE, one value: the key, 1.
+	body := binary.BigEndian.AppendUint16(nil, uint16(len(id)))
+	body = append(body, id...)
+	body = append(body, 0, 1, 0x01, 0, 1)
+	body = binary.BigEndian.AppendUint32(body, 8)
+	body = binary.BigEndian.AppendUint64(body, 1)
+	runPipeline(b, c, r, segs, 4, frame.OpExecute, body)
+	b.ReportMetric(metricValue(b, p.metrics.routed[routedReplica])/float64(b.N), "replica/op")
+	b.ReportMetric(float64(other.Requests())/float64(b.N), "node-requests/op")
+	b.ReportMetric(metricValue(b, p.metrics.reprepares), "reprepares")
 }

@@ -454,14 +454,9 @@ func (s *session) preparedOn(u *upstream, h frame.Header, st *classify.Prepared)
 	if _, known := u.prepared[string(id)]; known {
 		return true
 	}
-	// A statement is prepared in the keyspace its connection was in, which
-	// is part of its id: before v5 it can be prepared again only there.
-	var inKeyspace []byte
-	if string(st.PreparedIn()) != string(u.keyspace) {
-		if h.Version < 5 {
-			return false
-		}
-		inKeyspace = st.PreparedIn()
+	inKeyspace, ok := keyspaceToPrepare(st, u.keyspace, h.Version)
+	if !ok {
+		return false
 	}
 	f := frame.AppendPrepareRequest(s.askScratch[:0], h.Version, h.Stream, st.Text(), inKeyspace)
 	s.askScratch = f

@@ -58,9 +58,16 @@ type legNode struct {
 	// strayOn, when not 0, is a stream the node also answers on, unasked,
 	// when it runs a QUERY containing "stray", as a misbehaving node would.
 	strayOn int16
-	held    []func()
-	heldCh  chan struct{}
-	got     int // requests held so far
+	// unprepared is how many EXECUTEs and BATCHes the node answers
+	// Unprepared next, as a node that forgot its statements does;
+	// refusePrepare has it answer PREPAREs with an error. prepares counts
+	// the PREPAREs received.
+	unprepared    int
+	refusePrepare bool
+	prepares      int
+	held          []func()
+	heldCh        chan struct{}
+	got           int // requests held so far
 }
 
 type legConn struct {
@@ -192,9 +199,31 @@ func (n *legNode) answer(c *legConn, body []byte, h frame.Header) func() {
 				c.mu.Unlock()
 			}
 		}
-	case frame.OpExecute:
-		n.record(c.keyspace + "|EXECUTE")
+	case frame.OpExecute, frame.OpBatch:
+		n.mu.Lock()
+		forgot := n.unprepared > 0
+		if forgot {
+			n.unprepared--
+		}
+		n.mu.Unlock()
+		if forgot {
+			id, _ := frame.PreparedID(body)
+			if h.Opcode == frame.OpBatch {
+				id = make([]byte, 16)
+			}
+			return reply(frame.OpError, frame.AppendUnprepared(nil, h.Version, h.Stream, "unknown prepared statement", id)[frame.HeaderSize:])
+		}
+		if h.Opcode == frame.OpExecute {
+			n.record(c.keyspace + "|EXECUTE")
+		}
 	case frame.OpPrepare:
+		n.mu.Lock()
+		n.prepares++
+		refuse := n.refusePrepare
+		n.mu.Unlock()
+		if refuse {
+			return reply(frame.OpError, frame.AppendError(nil, h.Version, h.Stream, 0x2200, "unconfigured table")[frame.HeaderSize:])
+		}
 		q, _ := frame.QueryString(body)
 		id := md5.Sum([]byte(c.keyspace + string(q)))
 		b := binary.BigEndian.AppendUint32(nil, frame.ResultKindPrepared)

@@ -50,6 +50,10 @@ type Metrics struct {
 	legsOpened prometheus.Counter
 	legsFailed prometheus.Counter
 	ringNodes  prometheus.Gauge
+	// reprepares counts the requests routed to another node that it
+	// answered Unprepared, whose statements were prepared there again
+	// (reprepare.go).
+	reprepares prometheus.Counter
 }
 
 // Where a request with a partition ran, as cqlguard_routed_requests_total
@@ -114,6 +118,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.legsFailed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cqlguard_upstream_routed_connection_errors_total",
 		Help: "Connections to a replica a session could not open, or log in on; its requests ran on the session's first node."})
+	m.reprepares = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cqlguard_routed_reprepares_total",
+		Help: "Requests routed to a node other than their connection's first that it answered Unprepared, as a node that forgot their statements does: the statements were prepared there again and the request sent again, its client seeing only the answer to that."})
 	m.inFlightWaits = waits.WithLabelValues("max_in_flight_per_connection")
 	m.proxyInFlightWaits = waits.WithLabelValues("max_in_flight")
 	frames := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -134,7 +141,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
 		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes,
-		routed, m.legsOpened, m.legsFailed, m.ringNodes)
+		routed, m.legsOpened, m.legsFailed, m.ringNodes, m.reprepares)
 	return m
 }
 

@@ -186,13 +186,20 @@ func (s *session) waitForRoom(max int) error {
 // what follows is read.
 func (s *session) forward(f []byte, h frame.Header, req request, r route, now int64) error {
 	u := s.up
+	var rs *resend
 	if r.ok {
 		s.routing.Store(true)
 		u = s.upstreamFor(r, h, &req)
+		if u != s.up {
+			rs = s.keepForResend(f, h, &req, r.batch)
+		}
 	}
 	waitedFrom, err := s.takeSlot(&req, now)
 	if err != nil {
 		s.routing.Store(false)
+		if rs != nil {
+			s.resends.give(rs)
+		}
 		return err
 	}
 	var login []byte
@@ -211,6 +218,11 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 		// request goes where the driver sent it.
 		u = s.up
 	}
+	if u == s.up && rs != nil {
+		s.resends.give(rs)
+		rs = nil
+	}
+	req.resend = rs
 	s.sentOn(&req, u)
 	// A hot read led while the client's writer waits for room would be
 	// answered to nobody until it has room (clientStall).

@@ -104,6 +104,12 @@ func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 	s.log.Warn().Str("node", u.addr).Int("bytes", h.Length).Msg("response frame too large")
 	s.mu.Lock()
 	u.activity++
+	var unprepared []byte
+	if e := s.streams.lookup(h.Stream); e != nil && e.up == u && e.resend != nil && e.resend.state == resendPreparing {
+		// The answer to the proxy's PREPARE of a statement the node
+		// forgot (reprepare.go): the client gets the node's Unprepared.
+		unprepared, _ = s.gaveUp(u, e.resend, "the replica's answer to a PREPARE is too large")
+	}
 	req, ended := s.endStream(h.Stream)
 	s.wakeRequests()
 	s.mu.Unlock()
@@ -111,7 +117,13 @@ func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 		s.p.inflight.Give(1)
 		s.ended(req)
 	}
-	if req.reply != replyAsked {
+	switch {
+	case unprepared != nil:
+		// Counted in cqlguard_frames_total as it was read.
+		if err := s.toClient.Write(unprepared); err != nil {
+			s.log.Debug().Err(err).Msg("cannot answer client")
+		}
+	case req.reply != replyAsked:
 		// The proxy's own request (legs.go) is not the client's to be
 		// answered: the request path waiting on it is told it failed.
 		s.writeError(&s.respScratch, h.Version, h.Stream, frame.ErrCodeServer, "cqlguard: response "+err.Error())
@@ -137,20 +149,37 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	verdict, awaited := notAccepted, false
 	s.mu.Lock()
 	u.activity++
+	comp := s.compression
+	kept := false // a request kept for resending (reprepare.go)
 	if u != s.up {
 		// A connection to another node carries only requests sent on it:
 		// a frame on another stream (a misbehaving node's, or an event,
 		// which it never registered for) answers nothing of the client's.
-		if e := s.streams.lookup(h.Stream); e == nil || e.up != u {
+		e := s.streams.lookup(h.Stream)
+		if e == nil || e.up != u {
 			s.mu.Unlock()
 			s.p.metrics.protocolErrors.WithLabelValues("stray_response").Inc()
 			s.log.Info().Str("node", u.addr).Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("frame from a replica on a stream it was sent no request on; dropped")
 			return false, nil
 		}
+		if kept = e.resend != nil; kept {
+			var send []byte
+			if send, f, h = s.resent(u, e, f, h, comp); send != nil {
+				// The node forgot the request's statements: the answer is
+				// the proxy's, and the request stays in flight. Offered,
+				// not written: the response path must not wait on the
+				// node's socket, and what it adds is bounded by the
+				// requests in flight.
+				s.mu.Unlock()
+				if err := u.to.Offer(send, h.Stream, true); err != nil {
+					u.conn.Close() // its response path ends the request
+				}
+				return false, nil
+			}
+		}
 	}
 	*req, ok = s.endStream(h.Stream)
 	idle = s.drained()
-	comp := s.compression
 	if s.awaiting.Load() {
 		verdict, awaited = s.verdictOf(req, ok, h)
 		if awaited && verdict == accepted && req.reply == replyStartup {
@@ -178,7 +207,7 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 		if a.timed && u.load != nil {
 			u.load.observe(a.now-req.start, a.now)
 		}
-		if u != s.up && h.Opcode == frame.OpError && req.prepared != nil {
+		if u != s.up && h.Opcode == frame.OpError && (req.prepared != nil || kept) {
 			s.forgetPrepared(u, f, h, comp)
 		}
 		s.answeredRequest(a, comp)
@@ -368,18 +397,22 @@ func (s *session) preparedAs(f []byte, h frame.Header, comp frame.Compression, i
 // node, that says a statement is not prepared there (the node restarted,
 // or evicted it), that it is not: the next EXECUTE prepares it again.
 func (s *session) forgetPrepared(u *upstream, f []byte, h frame.Header, comp frame.Compression) {
+	if s.unpreparedAnswer(f, h, comp) {
+		u.forget.Store(true)
+	}
+}
+
+// unpreparedAnswer reports whether f (h), an ERROR, is Unprepared.
+func (s *session) unpreparedAnswer(f []byte, h frame.Header, comp frame.Compression) bool {
 	if !h.Compressed() {
 		comp = frame.CompressionNone
 	}
 	whole, err := s.responseBody(f, comp)
 	if err != nil {
-		return
+		return false
 	}
 	body, _ := frame.ResponseMessage(whole, h)
-	if len(body) < 4 || int32(binary.BigEndian.Uint32(body)) != frame.ErrCodeUnprepared {
-		return
-	}
-	u.forget.Store(true)
+	return len(body) >= 4 && int32(binary.BigEndian.Uint32(body)) == frame.ErrCodeUnprepared
 }
 
 // schemaChanged reports whether f (h), a RESULT, is a Schema_change.

@@ -43,6 +43,9 @@ type session struct {
 	// request path asks a node itself. Request path only.
 	replicas   []string
 	askScratch []byte
+	// resends keep what the requests routed to other nodes need to be
+	// sent again (reprepare.go).
+	resends resends
 	// written are the legs the request path queued requests on since it
 	// last pushed (push), and unready the nodes it could reach but not
 	// open a connection to (leave). Request path only.
@@ -335,6 +338,7 @@ func (s *session) tick(watch bool, ticks int, stalled []stalledUpstream) []stall
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streams.shrinkIdle()
+	s.resends.shrinkIdle()
 	if !watch {
 		return stalled
 	}
@@ -587,6 +591,10 @@ func (s *session) endUnanswered(ended, priced []request) {
 // of requests in flight. s.mu is held.
 func (s *session) endStream(id int16) (request, bool) {
 	r, ok := s.streams.end(id)
+	if r.resend != nil {
+		s.resends.give(r.resend)
+		r.resend = nil
+	}
 	if u := r.up; ok && u != nil {
 		u.inflight--
 		if u.counted > u.inflight {

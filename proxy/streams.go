@@ -41,6 +41,10 @@ type request struct {
 	up *upstream
 	// prepared is what is known of a PREPARE's or an EXECUTE's statement.
 	prepared *classify.Prepared
+	// resend is what is kept to send the request again, for an EXECUTE or
+	// a BATCH of prepared statements sent to another node than the
+	// session's first (reprepare.go); given back as the request ends.
+	resend *resend
 	// wrote is what the request may change: its answer invalidates it
 	// for hot reads.
 	wrote wrote

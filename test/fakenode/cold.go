@@ -99,9 +99,12 @@ func selectedNames(q string) []string {
 	return names
 }
 
+// preparedKey begins the keys of PREPARE answers among the cold answers.
+const preparedKey = "\x01PREPARE\x00"
+
 // prepare answers PREPARE q and remembers the statement for EXECUTE.
 func (n *Node) prepare(q []byte) *answer {
-	key := "\x01PREPARE\x00" + string(q)
+	key := preparedKey + string(q)
 	n.mu.Lock()
 	a := n.cold[key]
 	n.mu.Unlock()

@@ -34,6 +34,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -299,6 +300,22 @@ func (n *Node) Startups() []Startup {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]Startup(nil), n.startups...)
+}
+
+// ForgetPrepared forgets every statement prepared on the node, as a node
+// that restarted while connections to it survived, or whose cache evicted
+// them, does: an EXECUTE or BATCH of one is answered Unprepared until it is
+// prepared again.
+func (n *Node) ForgetPrepared() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.prepared.Store(&map[string]*statement{})
+	// The PREPARE answers remembered must not skip preparing again.
+	for key := range n.cold {
+		if strings.HasPrefix(key, preparedKey) {
+			delete(n.cold, key)
+		}
+	}
 }
 
 // Close stops the node and closes its connections.
