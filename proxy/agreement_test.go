@@ -175,3 +175,41 @@ func TestRingReadAgainAfterSchemaChange(t *testing.T) {
 		}
 	}
 }
+
+// A schema change held for the nodes' agreement holds its own connection's
+// answers only: another client's reads and writes through the same proxy
+// and node are answered while it waits.
+func TestSchemaAgreementHoldsOnlyItsConnection(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	checking := make(chan struct{}, 1)
+	release := make(chan struct{})
+	check := func(ctx context.Context, node string) error {
+		checking <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	cfg := config.Default()
+	cfg.Admin.Listen, cfg.Listen, cfg.Upstreams = "", "127.0.0.1:0", []string{node.Addr()}
+	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry(),
+		WithSchema(staticSchema{benchSnapshot(t)}), WithSchemaAgreement(check))
+	one := &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}
+	held, other := dialRaw(t, addr, 4), dialRaw(t, addr, 4)
+	held.startup(nil)
+	other.startup(nil)
+	held.send(1, &message.Query{Query: "CREATE TABLE bench.other (k int PRIMARY KEY)", Options: one})
+	<-checking
+	for i, q := range []string{"SELECT v FROM bench.kv WHERE k = 1", "INSERT INTO bench.kv (k, v) VALUES (1, 0x00)"} {
+		other.send(int16(i+1), &message.Query{Query: q, Options: one})
+		if f := other.recv(); f.Header.OpCode != primitive.OpCodeResult {
+			t.Fatalf("%s while another connection's schema change is held: %v", q, f.Body.Message)
+		}
+	}
+	close(release)
+	if f := held.recv(); f.Header.OpCode != primitive.OpCodeResult {
+		t.Fatalf("the held schema change: %v", f.Body.Message)
+	}
+}
