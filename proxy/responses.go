@@ -404,29 +404,33 @@ func (s *session) forgetPrepared(u *upstream, f []byte, h frame.Header, comp fra
 
 // unpreparedAnswer reports whether f (h), an ERROR, is Unprepared.
 func (s *session) unpreparedAnswer(f []byte, h frame.Header, comp frame.Compression) bool {
-	if !h.Compressed() {
-		comp = frame.CompressionNone
-	}
-	whole, err := s.responseBody(f, comp)
-	if err != nil {
-		return false
-	}
-	body, _ := frame.ResponseMessage(whole, h)
-	return len(body) >= 4 && int32(binary.BigEndian.Uint32(body)) == frame.ErrCodeUnprepared
+	body, ok := s.responseMessage(f, h, comp)
+	return ok && len(body) >= 4 && int32(binary.BigEndian.Uint32(body)) == frame.ErrCodeUnprepared
 }
 
 // schemaChanged reports whether f (h), a RESULT, is a Schema_change.
 func (s *session) schemaChanged(f []byte, h frame.Header, comp frame.Compression) bool {
+	body, ok := s.responseMessage(f, h, comp)
+	if !ok {
+		return false
+	}
+	kind, ok := frame.ResultKind(body)
+	return ok && kind == frame.ResultKindSchemaChange
+}
+
+// responseMessage returns the message of f (h), an answer on a connection
+// of compression comp, decompressed and past its tracing id, warnings and
+// custom payload; ok is false when it does not decompress.
+func (s *session) responseMessage(f []byte, h frame.Header, comp frame.Compression) (body []byte, ok bool) {
 	if !h.Compressed() {
 		comp = frame.CompressionNone
 	}
 	whole, err := s.responseBody(f, comp)
 	if err != nil {
-		return false
+		return nil, false
 	}
-	body, _ := frame.ResponseMessage(whole, h)
-	kind, ok := frame.ResultKind(body)
-	return ok && kind == frame.ResultKindSchemaChange
+	body, _ = frame.ResponseMessage(whole, h)
+	return body, true
 }
 
 // awaitAgreement holds the answer to a schema change from node, about to be
