@@ -235,18 +235,7 @@ func TestShardAwarePortOfOtherShard(t *testing.T) {
 	for k := range keys {
 		c.answered(readKV(int16(k+1), "bench.kv", k), int16(k+1))
 	}
-	served := 0
-	for i, n := range nodes {
-		for _, rec := range n.Served() {
-			served++
-			if r.nodeOf(rec.Token) != i {
-				t.Errorf("node %d served key %x of node %d", i, rec.Key, r.nodeOf(rec.Token))
-			}
-		}
-	}
-	if served != keys {
-		t.Errorf("%d reads served, want %d", served, keys)
-	}
+	servedByOwners(t, nodes, r, keys)
 	perNode, _ := connsPerNode(p)
 	if n := perNode[0][nodes[2].Addr()]; n != 1 {
 		t.Errorf("the client connection has %d connections to the node behind the relay, want 1", n)
@@ -268,18 +257,7 @@ func TestShardsWithoutShardAwarePort(t *testing.T) {
 	for k := range keys {
 		c.answered(readKV(int16(k+1), "bench.kv", k), int16(k+1))
 	}
-	served := 0
-	for i, n := range nodes {
-		for _, rec := range n.Served() {
-			served++
-			if r.nodeOf(rec.Token) != i {
-				t.Errorf("node %d served key %x of node %d", i, rec.Key, r.nodeOf(rec.Token))
-			}
-		}
-	}
-	if served != keys {
-		t.Errorf("%d reads served, want %d", served, keys)
-	}
+	servedByOwners(t, nodes, r, keys)
 	perNode, _ := connsPerNode(p)
 	for _, conns := range perNode {
 		for node, n := range conns {
@@ -425,4 +403,22 @@ func FuzzSupportedOptions(f *testing.F) {
 			t.Fatalf("shardingOf = %+v, %v, %v", s, ok, err)
 		}
 	})
+}
+
+// servedByOwners checks that the nodes served keys reads in all, each on
+// the node r places its token on.
+func servedByOwners(t *testing.T, nodes []*fakenode.Node, r thirdsRing, keys int) {
+	t.Helper()
+	served := 0
+	for i, n := range nodes {
+		for _, rec := range n.Served() {
+			served++
+			if r.nodeOf(rec.Token) != i {
+				t.Errorf("node %d served key %x of node %d", i, rec.Key, r.nodeOf(rec.Token))
+			}
+		}
+	}
+	if served != keys {
+		t.Errorf("%d reads served, want %d", served, keys)
+	}
 }
