@@ -147,6 +147,7 @@ type session struct {
 	shedState
 	hotReadState
 	limitState
+	hedgeState
 
 	// clientWaits counts the writes to the client that waited for room
 	// (clientStall): those that began in its high 32 bits, those under
@@ -452,6 +453,7 @@ func (s *session) close() {
 		s.mu.Lock()
 		s.halted = true
 		s.room.Broadcast()
+		s.stopHedging()
 		s.mu.Unlock()
 		s.stopped.Store(true)
 		s.p.inflight.Wake()
@@ -487,6 +489,24 @@ func (s *session) failInFlight(err error, u *upstream, only *upstream) {
 	s.respMu.Lock()
 	defer s.respMu.Unlock()
 	s.mu.Lock()
+	if only != nil {
+		// A hedged read lost on one connection is answered from the
+		// other, if it still can be.
+		s.streams.update(func(r *request) {
+			switch {
+			case r.hedge == only:
+				r.hedge = nil
+			case r.up == only && r.hedge != nil && !r.hedge.dead.Load():
+				r.up, r.hedge, r.start = r.hedge, nil, r.hedgeStart
+				if r.resend != nil {
+					r.resend.state = resendDone
+				}
+			}
+			if r.hedgeTo == only {
+				r.hedgeTo = nil
+			}
+		})
+	}
 	asked, askedOn := false, int16(0)
 	s.streams.each(func(id int16, r request) {
 		switch {
@@ -596,13 +616,23 @@ func (s *session) endStream(id int16) (request, bool) {
 		r.resend = nil
 	}
 	if u := r.up; ok && u != nil {
-		u.inflight--
-		if u.counted > u.inflight {
-			u.counted--
-			u.load.inflight.Add(-1)
-		}
+		s.endOn(u)
+	}
+	if ok && r.hedge != nil {
+		// The other copy of a hedged read is still awaited there.
+		s.addLeftover(r.hedge, id, r.hedgeStart)
 	}
 	return r, ok
+}
+
+// endOn ends one of the requests in flight on u in its count, and in its
+// node's load. s.mu is held.
+func (s *session) endOn(u *upstream) {
+	u.inflight--
+	if u.counted > u.inflight {
+		u.counted--
+		u.load.inflight.Add(-1)
+	}
 }
 
 // uncount takes the requests in flight on u out of its node's load, which
@@ -618,11 +648,17 @@ func (s *session) uncount(u *upstream) {
 
 // sentOn records that the request r is sent on u. s.mu is held.
 func (s *session) sentOn(r *request, u *upstream) {
+	r.up = u
+	s.countOn(u)
+}
+
+// countOn counts one more request in flight on u, and in its node's load.
+// s.mu is held.
+func (s *session) countOn(u *upstream) {
 	if u.inflight == 0 {
 		u.activity++ // the node's silence counts from now
 	}
 	u.inflight++
-	r.up = u
 	if u.load == nil {
 		return
 	}
