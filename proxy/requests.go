@@ -228,6 +228,9 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 		if !u.awaitsLeftover(h.Stream) || s.halted || u.dead.Load() {
 			break
 		}
+		// Read, so in flight to the client: a session draining meanwhile
+		// is not done (drained) until it is answered.
+		s.routing.Store(true)
 		s.leftoverWait = true
 		s.room.Wait()
 	}

@@ -52,9 +52,10 @@ type session struct {
 	written []*upstream
 	unready []unreadyNode
 	// routing is set while the request path makes a connection ready for
-	// a request it read (upstreamFor: dialling, logging in, asking), until
-	// the request is in the stream table: a draining session with nothing
-	// in flight meanwhile is not done (drained).
+	// a request it read (upstreamFor: dialling, logging in, asking), or
+	// waits for its stream to be free on the connection it runs on
+	// (hedge.go), until the request is in the stream table: a draining
+	// session with nothing in flight meanwhile is not done (drained).
 	routing atomic.Bool
 	// cancelOpen gives up on the connection openLeg is opening, if any.
 	// Guarded by mu.
