@@ -120,8 +120,8 @@ func (s *session) hedgeTarget(u *upstream, h frame.Header, req *request) *upstre
 	return best
 }
 
-// queueHedge notes that a read sent at start may be hedged hedge_after
-// later, and adds its part to the session's budget. Reads are sent in
+// queueHedge notes that a read sent at start (its hedgeStart until it is
+// hedged) may be hedged hedge_after later, and adds its part to the session's budget. Reads are sent in
 // order, so a timer already set is set for an earlier one. s.mu is held.
 func (s *session) queueHedge(start int64) {
 	rc := &s.p.cfg.Routing
@@ -153,10 +153,10 @@ func (s *session) hedgeDue() {
 	s.streams.updateEach(func(stream int16, r *request) {
 		switch {
 		case r.hedgeTo == nil:
-		case r.start+after <= now:
+		case r.hedgeStart+after <= now:
 			s.hedge(stream, r, now)
-		case !waiting || r.start+after < next:
-			next, waiting = r.start+after, true
+		case !waiting || r.hedgeStart+after < next:
+			next, waiting = r.hedgeStart+after, true
 		}
 	})
 	if waiting {
@@ -175,6 +175,8 @@ func (s *session) hedge(stream int16, r *request, now int64) {
 	r.hedgeTo = nil
 	switch {
 	case r.hedge != nil || r.resend == nil || r.resend.state != resendSent || r.up == nil:
+	case len(r.up.leftovers) >= maxLeftovers:
+		// The hedge answered first would leave one more there.
 	case v.dead.Load() || v.awaitsLeftover(stream) || len(v.leftovers) >= maxLeftovers || v.to.Full():
 	case s.keyspace.Load() != r.resend.keyspace || s.clientWaiting():
 		// A USE answered since: v may be in another keyspace by now. A

@@ -242,6 +242,9 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 		rs = nil
 	}
 	req.resend, req.hedgeTo = rs, hedgeTo
+	if hedgeTo != nil {
+		req.hedgeStart = s.now()
+	}
 	s.sentOn(&req, u)
 	// A hot read led while the client's writer waits for room would be
 	// answered to nobody until it has room (clientStall).
@@ -252,7 +255,7 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 	// badStream saw the id free, and only this path begins streams.
 	s.streams.begin(h.Stream, req)
 	if hedgeTo != nil {
-		s.queueHedge(req.start)
+		s.queueHedge(req.hedgeStart)
 	}
 	s.routing.Store(false)
 	if awaited(&req) {

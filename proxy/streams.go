@@ -41,7 +41,9 @@ type request struct {
 	up *upstream
 	// hedgeTo is the connection a read may be hedged to, until it is or
 	// may no longer be; hedge the one it was hedged to, at hedgeStart,
-	// while that copy is unanswered (hedge.go).
+	// while that copy is unanswered (hedge.go). Until it is hedged,
+	// hedgeStart is when it was sent: what it waited before (a connection
+	// opened, a statement prepared) is not the node's slowness.
 	hedgeTo, hedge *upstream
 	hedgeStart     int64
 	// prepared is what is known of a PREPARE's or an EXECUTE's statement.
