@@ -25,17 +25,33 @@ type RoutingConfig struct {
 	// shards and a shard-aware port (ScyllaDB): each client connection
 	// opens its connections to a node per shard. Off, one per node.
 	ShardAware bool `yaml:"shard_aware"`
+	// HedgeAfter, with Replicas, sends a routed read that its replica has
+	// not answered within it again, as it was, to another replica of its
+	// partition the connection is ready on; the client gets the first
+	// answer. 0, the default, hedges nothing, as drivers' speculative
+	// execution is off unless asked for.
+	HedgeAfter Duration `yaml:"hedge_after"`
+	// HedgeBudget bounds the reads a client connection hedges to this
+	// share of those it could, plus a few at once.
+	HedgeBudget float64 `yaml:"hedge_budget"`
 }
 
 // defaultRouting is the routing section's default: replicas in cluster
 // mode, the ring read again every 10 seconds, a few queries each time,
-// and requests to the shard that owns them where nodes say which.
+// and requests to the shard that owns them where nodes say which; no
+// hedging, and a tenth of the reads when it is on.
 func defaultRouting() RoutingConfig {
-	return RoutingConfig{Replicas: true, Refresh: Duration(10 * time.Second), ShardAware: true}
+	return RoutingConfig{Replicas: true, Refresh: Duration(10 * time.Second), ShardAware: true, HedgeBudget: 0.1}
 }
 
 func (r *RoutingConfig) validate(ps *problems) {
 	if r.Refresh < Duration(time.Second) {
 		ps.add(fmt.Errorf("%s is under 1s", time.Duration(r.Refresh)), "routing", "refresh")
+	}
+	if r.HedgeAfter < 0 {
+		ps.add(fmt.Errorf("%s is negative", time.Duration(r.HedgeAfter)), "routing", "hedge_after")
+	}
+	if !(r.HedgeBudget > 0 && r.HedgeBudget <= 1) {
+		ps.add(fmt.Errorf("%g is not in (0, 1]", r.HedgeBudget), "routing", "hedge_budget")
 	}
 }

@@ -325,19 +325,26 @@ func (r listRing) Replicas(dst []string, keyspace string, token int64) []string 
 // node (the session's connection there), and by all three, chosen among by
 // load. It reports the whole process's allocations per request.
 func BenchmarkRouted(b *testing.B) {
+	three := func(up, other, third string) Ring { return listRing{other, third, up} }
 	for _, bc := range []struct {
-		name string
-		ring func(up, other, third string) Ring
+		name  string
+		ring  func(up, other, third string) Ring
+		hedge bool
 	}{
-		{"pinned", nil},
-		{"own-node", func(up, _, _ string) Ring { return listRing{up} }},
-		{"other-node", func(_, other, _ string) Ring { return listRing{other} }},
-		{"three-replicas", func(up, other, third string) Ring { return listRing{other, third, up} }},
+		{"pinned", nil, false},
+		{"own-node", func(up, _, _ string) Ring { return listRing{up} }, false},
+		{"other-node", func(_, other, _ string) Ring { return listRing{other} }, false},
+		{"three-replicas", three, false},
+		// Each read kept to be hedged, none answered late enough to be.
+		{"three-replicas-hedged", three, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			up := echoUpstream(b, "127.0.0.1:0")
 			cfg := config.Default()
 			cfg.Listen, cfg.Upstreams, cfg.Admin.Listen = "127.0.0.1:0", []string{up}, ""
+			if bc.hedge {
+				cfg.Routing.HedgeAfter = config.Duration(time.Second)
+			}
 			opts := []Option{WithSchema(staticSchema{benchSnapshot(b)})}
 			if bc.ring != nil {
 				opts = append(opts, WithRing(bc.ring(up, echoUpstream(b, "127.0.0.1:0"), echoUpstream(b, "127.0.0.1:0"))))

@@ -307,7 +307,9 @@ func (s *session) joinOrLead(h frame.Header, p *classify.Partition, t *hotTable,
 	// A connection whose client is not keeping up neither waits on others
 	// (what it would be handed counts against its own bounds) nor leads
 	// (its answers would wait on its client).
-	if max > 0 && s.streams.inflight+1 >= max || s.clientWaiting() || s.toClient.Full() {
+	// Nor does one whose stream a hedged read's copy still holds on up
+	// (hedge.go), where it would be forwarded if handed on.
+	if max > 0 && s.streams.inflight+1 >= max || s.clientWaiting() || s.toClient.Full() || s.up.awaitsLeftover(h.Stream) {
 		s.mu.Unlock()
 		s.p.inflight.Give(1)
 		t.uncoalesced.Inc()

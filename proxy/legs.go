@@ -58,6 +58,8 @@ type route struct {
 	ok       bool
 	to       string
 	load     *nodeLoad
+	// read is set for a read of one partition, which may be hedged.
+	read bool
 	// batch are the prepared statements of a BATCH, the classifier's
 	// until the next request, to prepare on the node it runs on.
 	batch []*classify.Prepared
@@ -83,7 +85,8 @@ func routeOf(class *classify.Classification) route {
 		return route{}
 	}
 	p := class.Partitions[0]
-	r := route{keyspace: p.Table.Keyspace, token: p.Token, ok: true}
+	r := route{keyspace: p.Table.Keyspace, token: p.Token, ok: true,
+		read: class.Op == classify.OpRead && !class.Batch && len(class.Partitions) == 1}
 	if class.Batch {
 		for _, q := range class.Partitions[1:] {
 			if q.Token != p.Token || q.Table.Keyspace != p.Table.Keyspace {
@@ -126,11 +129,10 @@ func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 			return nil
 		}
 		shard := s.shardFor(addr, r.token)
+		var u *upstream
 		if addr == s.up.at && (shard == anyShard || shard == s.up.shard) {
-			return s.up
-		}
-		u := s.leg(addr, shard)
-		if shard == anyShard && u != nil && u != s.up {
+			u = s.up
+		} else if u = s.leg(addr, shard); shard == anyShard && u != nil && u != s.up {
 			// The first connection to a node says whether it has shards:
 			// the request goes to its own shard's if the node says which.
 			if own := s.shardFor(addr, r.token); own != anyShard && own != u.shard {
@@ -139,7 +141,11 @@ func (s *session) replica(r route, h frame.Header, req *request) *upstream {
 				}
 			}
 		}
-		if u == s.up || (u != nil && s.ready(u, h, req, r.batch)) {
+		switch {
+		case u != nil && s.holdsLeftover(u, h.Stream):
+			// The stream is still busy there with a hedged read's other
+			// copy (hedge.go): the next best replica runs the request.
+		case u == s.up || (u != nil && s.ready(u, h, req, r.batch)):
 			return u
 		}
 		i := slices.Index(s.replicas, addr)

@@ -54,6 +54,10 @@ type Metrics struct {
 	// answered Unprepared, whose statements were prepared there again
 	// (reprepare.go).
 	reprepares prometheus.Counter
+	// hedges counts the reads hedged to another replica, hedgesWon those
+	// of them it answered first, and hedgesRefused those the session's
+	// budget did not allow (hedge.go).
+	hedges, hedgesWon, hedgesRefused prometheus.Counter
 }
 
 // Where a request with a partition ran, as cqlguard_routed_requests_total
@@ -121,6 +125,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.reprepares = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cqlguard_routed_reprepares_total",
 		Help: "Requests routed to a node other than their connection's first that it answered Unprepared, as a node that forgot their statements does: the statements were prepared there again and the request sent again, its client seeing only the answer to that."})
+	hedges := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cqlguard_routed_hedges_total",
+		Help: "Routed reads unanswered after routing.hedge_after, by outcome: sent again to another replica (sent), whose answer came first (won), or not sent for the connection's routing.hedge_budget (refused)."},
+		[]string{"outcome"})
+	m.hedges = hedges.WithLabelValues("sent")
+	m.hedgesWon = hedges.WithLabelValues("won")
+	m.hedgesRefused = hedges.WithLabelValues("refused")
 	m.inFlightWaits = waits.WithLabelValues("max_in_flight_per_connection")
 	m.proxyInFlightWaits = waits.WithLabelValues("max_in_flight")
 	frames := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -141,7 +152,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.clientConns, m.clientConnsTot, m.upstreamDialErr, m.upstreamLatency,
 		m.protocolErrors, m.versionRefusals, m.abandoned, m.filteredEvents, waits, m.bufferWaits, m.frameWaits, m.rejections, frames, bytes,
-		routed, m.legsOpened, m.legsFailed, m.ringNodes, m.reprepares)
+		routed, m.legsOpened, m.legsFailed, m.ringNodes, m.reprepares, hedges)
 	return m
 }
 

@@ -112,12 +112,15 @@ func (p *resends) shrinkIdle() {
 
 // keepForResend returns what to keep of the request req of header h,
 // whose frame f is about to be sent to another node than the session's
-// first, to send it again there; nil for a request that runs no prepared
-// statement. batch are a BATCH's prepared statements. Request path only.
-func (s *session) keepForResend(f []byte, h frame.Header, req *request, batch []*classify.Prepared) *resend {
+// first, to send it again there, or, hedged, to another replica (hedge.go);
+// nil for a request that runs no prepared statement and is not hedged.
+// batch are a BATCH's prepared statements. Request path only.
+func (s *session) keepForResend(f []byte, h frame.Header, req *request, batch []*classify.Prepared, hedged bool) *resend {
 	switch {
 	case h.Opcode == frame.OpExecute && req.prepared != nil && req.prepared.ID() != nil:
 	case h.Opcode == frame.OpBatch && len(batch) > 0:
+	case hedged:
+		// A read that may be hedged (hedge.go) is sent again as it was.
 	default:
 		return nil
 	}

@@ -187,11 +187,15 @@ func (s *session) waitForRoom(max int) error {
 func (s *session) forward(f []byte, h frame.Header, req request, r route, now int64) error {
 	u := s.up
 	var rs *resend
+	var hedgeTo *upstream
 	if r.ok {
 		s.routing.Store(true)
 		u = s.upstreamFor(r, h, &req)
-		if u != s.up {
-			rs = s.keepForResend(f, h, &req, r.batch)
+		if r.read && s.p.cfg.Routing.HedgeAfter > 0 {
+			hedgeTo = s.hedgeTarget(u, h, &req)
+		}
+		if u != s.up || hedgeTo != nil {
+			rs = s.keepForResend(f, h, &req, r.batch, hedgeTo != nil)
 		}
 	}
 	waitedFrom, err := s.takeSlot(&req, now)
@@ -212,17 +216,35 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 	// finds it.
 	max := s.p.cfg.MaxInFlightPerConnection
 	s.mu.Lock()
-	if u.dead.Load() {
-		// The connection chosen was lost since (while the request waited
-		// for its slot, say), and what was in flight on it answered: the
-		// request goes where the driver sent it.
-		u = s.up
+	for {
+		if u.dead.Load() {
+			// The connection chosen was lost since (while the request
+			// waited for its slot, say), and what was in flight on it
+			// answered: the request goes where the driver sent it.
+			u = s.up
+		}
+		// Only up may still hold the stream (routing avoided the others
+		// that do), and rarely: it is free once the node answers.
+		if !u.awaitsLeftover(h.Stream) || s.halted || u.dead.Load() {
+			break
+		}
+		// Read, so in flight to the client: a session draining meanwhile
+		// is not done (drained) until it is answered.
+		s.routing.Store(true)
+		s.leftoverWait = true
+		s.room.Wait()
 	}
-	if u == s.up && rs != nil {
+	if hedgeTo == u || hedgeTo != nil && hedgeTo.dead.Load() {
+		hedgeTo = nil
+	}
+	if u == s.up && rs != nil && hedgeTo == nil {
 		s.resends.give(rs)
 		rs = nil
 	}
-	req.resend = rs
+	req.resend, req.hedgeTo = rs, hedgeTo
+	if hedgeTo != nil {
+		req.hedgeStart = s.now()
+	}
 	s.sentOn(&req, u)
 	// A hot read led while the client's writer waits for room would be
 	// answered to nobody until it has room (clientStall).
@@ -232,6 +254,9 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 	}
 	// badStream saw the id free, and only this path begins streams.
 	s.streams.begin(h.Stream, req)
+	if hedgeTo != nil {
+		s.queueHedge(req.hedgeStart)
+	}
 	s.routing.Store(false)
 	if awaited(&req) {
 		s.awaiting.Store(true)

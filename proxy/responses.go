@@ -104,6 +104,15 @@ func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 	s.log.Warn().Str("node", u.addr).Int("bytes", h.Length).Msg("response frame too large")
 	s.mu.Lock()
 	u.activity++
+	if len(u.leftovers) > 0 && s.leftoverAnswered(u, h.Stream, false) {
+		s.mu.Unlock()
+		return
+	}
+	if e := s.streams.lookup(h.Stream); e != nil && e.hedge == u && u != s.up {
+		s.hedgeFailed(u, e, nil, h)
+		s.mu.Unlock()
+		return
+	}
 	var unprepared []byte
 	if e := s.streams.lookup(h.Stream); e != nil && e.up == u && e.resend != nil && e.resend.state == resendPreparing {
 		// The answer to the proxy's PREPARE of a statement the node
@@ -150,19 +159,36 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	s.mu.Lock()
 	u.activity++
 	comp := s.compression
+	if len(u.leftovers) > 0 && s.leftoverAnswered(u, h.Stream, t.timed(s.clientWaits.Load())) {
+		// A hedged read's copy answered second (hedge.go).
+		s.mu.Unlock()
+		return false, nil
+	}
 	kept := false // a request kept for resending (reprepare.go)
 	if u != s.up {
 		// A connection to another node carries only requests sent on it:
 		// a frame on another stream (a misbehaving node's, or an event,
 		// which it never registered for) answers nothing of the client's.
 		e := s.streams.lookup(h.Stream)
-		if e == nil || e.up != u {
+		if e == nil || e.up != u && e.hedge != u {
 			s.mu.Unlock()
 			s.p.metrics.protocolErrors.WithLabelValues("stray_response").Inc()
 			s.log.Info().Str("node", u.addr).Int16("stream", h.Stream).Str("opcode", h.Opcode.String()).Msg("frame from a replica on a stream it was sent no request on; dropped")
 			return false, nil
 		}
-		if kept = e.resend != nil; kept {
+		hedgeWon := false
+		if e.hedge == u {
+			if h.Opcode == frame.OpError {
+				// The hedge failed where the read may not have: the
+				// first copy's answer is the client's.
+				s.hedgeFailed(u, e, f, h)
+				s.mu.Unlock()
+				return false, nil
+			}
+			s.hedgeWon(u, e)
+			hedgeWon = true
+		}
+		if kept = e.resend != nil; kept && !hedgeWon {
 			var send []byte
 			if send, f, h = s.resent(u, e, f, h, comp); send != nil {
 				// The node forgot the request's statements: the answer is

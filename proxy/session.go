@@ -52,9 +52,10 @@ type session struct {
 	written []*upstream
 	unready []unreadyNode
 	// routing is set while the request path makes a connection ready for
-	// a request it read (upstreamFor: dialling, logging in, asking), until
-	// the request is in the stream table: a draining session with nothing
-	// in flight meanwhile is not done (drained).
+	// a request it read (upstreamFor: dialling, logging in, asking), or
+	// waits for its stream to be free on the connection it runs on
+	// (hedge.go), until the request is in the stream table: a draining
+	// session with nothing in flight meanwhile is not done (drained).
 	routing atomic.Bool
 	// cancelOpen gives up on the connection openLeg is opening, if any.
 	// Guarded by mu.
@@ -147,6 +148,7 @@ type session struct {
 	shedState
 	hotReadState
 	limitState
+	hedgeState
 
 	// clientWaits counts the writes to the client that waited for room
 	// (clientStall): those that began in its high 32 bits, those under
@@ -452,6 +454,7 @@ func (s *session) close() {
 		s.mu.Lock()
 		s.halted = true
 		s.room.Broadcast()
+		s.stopHedging()
 		s.mu.Unlock()
 		s.stopped.Store(true)
 		s.p.inflight.Wake()
@@ -487,6 +490,24 @@ func (s *session) failInFlight(err error, u *upstream, only *upstream) {
 	s.respMu.Lock()
 	defer s.respMu.Unlock()
 	s.mu.Lock()
+	if only != nil {
+		// A hedged read lost on one connection is answered from the
+		// other, if it still can be.
+		s.streams.update(func(r *request) {
+			switch {
+			case r.hedge == only:
+				r.hedge = nil
+			case r.up == only && r.hedge != nil && !r.hedge.dead.Load():
+				r.up, r.hedge, r.start = r.hedge, nil, r.hedgeStart
+				if r.resend != nil {
+					r.resend.state = resendDone
+				}
+			}
+			if r.hedgeTo == only {
+				r.hedgeTo = nil
+			}
+		})
+	}
 	asked, askedOn := false, int16(0)
 	s.streams.each(func(id int16, r request) {
 		switch {
@@ -596,13 +617,23 @@ func (s *session) endStream(id int16) (request, bool) {
 		r.resend = nil
 	}
 	if u := r.up; ok && u != nil {
-		u.inflight--
-		if u.counted > u.inflight {
-			u.counted--
-			u.load.inflight.Add(-1)
-		}
+		s.endOn(u)
+	}
+	if ok && r.hedge != nil {
+		// The other copy of a hedged read is still awaited there.
+		s.addLeftover(r.hedge, id, r.hedgeStart)
 	}
 	return r, ok
+}
+
+// endOn ends one of the requests in flight on u in its count, and in its
+// node's load. s.mu is held.
+func (s *session) endOn(u *upstream) {
+	u.inflight--
+	if u.counted > u.inflight {
+		u.counted--
+		u.load.inflight.Add(-1)
+	}
 }
 
 // uncount takes the requests in flight on u out of its node's load, which
@@ -618,11 +649,17 @@ func (s *session) uncount(u *upstream) {
 
 // sentOn records that the request r is sent on u. s.mu is held.
 func (s *session) sentOn(r *request, u *upstream) {
+	r.up = u
+	s.countOn(u)
+}
+
+// countOn counts one more request in flight on u, and in its node's load.
+// s.mu is held.
+func (s *session) countOn(u *upstream) {
 	if u.inflight == 0 {
 		u.activity++ // the node's silence counts from now
 	}
 	u.inflight++
-	r.up = u
 	if u.load == nil {
 		return
 	}

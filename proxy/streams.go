@@ -39,6 +39,13 @@ type request struct {
 	// up is the upstream connection the request was sent on, nil while it
 	// waits on another's hot read.
 	up *upstream
+	// hedgeTo is the connection a read may be hedged to, until it is or
+	// may no longer be; hedge the one it was hedged to, at hedgeStart,
+	// while that copy is unanswered (hedge.go). Until it is hedged,
+	// hedgeStart is when it was sent: what it waited before (a connection
+	// opened, a statement prepared) is not the node's slowness.
+	hedgeTo, hedge *upstream
+	hedgeStart     int64
 	// prepared is what is known of a PREPARE's or an EXECUTE's statement.
 	prepared *classify.Prepared
 	// resend is what is kept to send the request again, for an EXECUTE or
@@ -258,6 +265,16 @@ func (s *streams) each(fn func(id int16, r request)) {
 	for _, e := range s.slots {
 		if e.used {
 			fn(e.id, e.r)
+		}
+	}
+}
+
+// updateEach calls fn with every request in flight and its stream; fn
+// may change the request, not the table.
+func (s *streams) updateEach(fn func(id int16, r *request)) {
+	for i := range s.slots {
+		if s.slots[i].used {
+			fn(s.slots[i].id, &s.slots[i].r)
 		}
 	}
 }

@@ -71,6 +71,11 @@ type upstream struct {
 	quietTicks   int
 	// stalled is set when the watchdog closed the connection.
 	stalled atomic.Bool
+	// leftovers are the copies of hedged reads sent on the connection whose
+	// other copy was answered first (hedge.go): their streams are busy
+	// here until the node answers them. Guarded by the session's mu.
+	leftovers     []leftover
+	leftoverCount atomic.Int32 // len(leftovers), for the request path to read without mu
 }
 
 // dialUpstream connects to addr and asks for its SUPPORTED options, so that

@@ -148,7 +148,8 @@ type routingPath struct {
 
 // routingPaths returns gocql straight to the cluster with its token-aware
 // policy (replicas shuffled when shuffle is set), and gocql through
-// cqlguard with its connections pinned and routed.
+// cqlguard with its connections pinned, routed, and routed with reads
+// hedged.
 func routingPaths(hosts []string, ks string, shuffle bool) []routingPath {
 	direct := func(t *testing.T) (*gocql.Session, func(), *fileProxy) {
 		c := gocql.NewCluster(hosts...)
@@ -167,16 +168,17 @@ func routingPaths(hosts []string, ks string, shuffle bool) []routingPath {
 		}
 		return s, s.Close, nil
 	}
-	through := func(routed bool) func(t *testing.T) (*gocql.Session, func(), *fileProxy) {
+	through := func(routed bool, hedgeAfter time.Duration) func(t *testing.T) (*gocql.Session, func(), *fileProxy) {
 		return func(t *testing.T) (*gocql.Session, func(), *fileProxy) {
 			fp := serveFile(t, fmt.Sprintf(`mode: cluster
 upstreams: [%s:9042]
 routing:
   replicas: %t
+  hedge_after: %s
 schema:
   username: %s
   password_env: CQLGUARD_TEST_PASSWORD
-`, hosts[0], routed, user), ks)
+`, hosts[0], routed, hedgeAfter, user), ks)
 			s := sessionThrough(t, "127.0.0.1:"+fp.port, func(c *gocql.ClusterConfig) {
 				c.NumConns = 2
 				c.Timeout = 30 * time.Second
@@ -190,8 +192,9 @@ schema:
 	}
 	return []routingPath{
 		{"gocql token-aware", direct},
-		{"cqlguard pinned", through(false)},
-		{"cqlguard routed", through(true)},
+		{"cqlguard pinned", through(false, 0)},
+		{"cqlguard routed", through(true, 0)},
+		{"cqlguard routed, reads hedged after 5 ms", through(true, 5*time.Millisecond)},
 	}
 }
 
@@ -207,7 +210,7 @@ func TestRoutingCost(t *testing.T) {
 	for i, h := range hosts {
 		pids[i] = nodePid(t, h)
 	}
-	paths := routingPaths(hosts, ks, false)
+	paths := routingPaths(hosts, ks, false)[:3]
 	type result struct{ cpu, p50, p99 []float64 }
 	results := make([]result, len(paths))
 	for round := range rounds {
@@ -238,9 +241,9 @@ func TestRoutingCost(t *testing.T) {
 
 // TestRoutedTail measures reads at replication factor 3 with one node
 // slowed by stop and continue bursts (SIGSTOP for 50 ms every 250 ms):
-// the client's 99th and 99.9th percentiles through cqlguard routed, and
-// straight to the cluster with gocql's token-aware policy, replicas
-// shuffled. Rounds alternate the paths.
+// the client's 99th and 99.9th percentiles through cqlguard routed, with
+// and without hedged reads, and straight to the cluster with gocql's
+// token-aware policy, replicas shuffled. Rounds alternate the paths.
 func TestRoutedTail(t *testing.T) {
 	skipUnlessExperiment(t)
 	hosts := useCluster(t)
@@ -252,7 +255,7 @@ func TestRoutedTail(t *testing.T) {
 	experimentKeyspace(t, hosts, ks, 3, keys)
 	slow := nodePid(t, hosts[2])
 	all := routingPaths(hosts, ks, true)
-	paths := []routingPath{all[0], all[2]}
+	paths := []routingPath{all[0], all[2], all[3]}
 	type result struct{ p99, p999 []float64 }
 	results := make([]result, len(paths))
 	for round := range rounds {
@@ -287,6 +290,13 @@ func TestRoutedTail(t *testing.T) {
 				for j, h := range hosts {
 					c := d[h].Tables[table]
 					t.Logf("%s: coordinated %d reads, served %d; cqlguard sent it %.0f", h, c.CoordinatorReads, c.LocalReads, sent[j]-sentBefore[j])
+				}
+				if fp != nil {
+					var hedges []string
+					for _, o := range []string{"sent", "won", "refused"} {
+						hedges = append(hedges, fmt.Sprintf("%s %.0f", o, counterValue(t, fp, "cqlguard_routed_hedges_total", "outcome", o)))
+					}
+					t.Logf("hedges: %s", strings.Join(hedges, ", "))
 				}
 				r := &results[i]
 				r.p99 = append(r.p99, ms(lat.Percentile(99)))
