@@ -287,7 +287,12 @@ func (r *Reporter) failed(err error, from, now time.Time) {
 		}
 	}
 	span := now.Sub(from).Seconds()
-	until := now.Add(3 * r.cfg.Interval).UnixNano()
+	// From when the report failed, not from when it began: one that failed
+	// by its timeout began that long ago, and shares dated from then would
+	// have lapsed already, leaving the local limiters, full, to let a burst
+	// through until the next. They hold until the next report has failed
+	// too, however long it takes.
+	until := r.cfg.Now().Add(ReportTimeout(r.cfg.Interval) + 2*r.cfg.Interval).UnixNano()
 	for _, e := range r.entries {
 		own := float64(e.Hits) / span
 		r.fleet.Set(e, share(float64(e.Limit)/float64(divisor), own), until)
