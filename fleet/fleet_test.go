@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -631,5 +632,58 @@ func TestFleetOutage(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFallbackOutlastsSlowFailures: shares set when coordination is lost
+// hold from when the report failed, not from when it began. A report that
+// fails only after its timeout (a Redis that does not answer, or a host so
+// busy that its answer comes too late) would otherwise set shares that had
+// lapsed already, and every operation until the next would be admitted
+// (5,000 a second against a limit of 1,000 under TestScaleOutBusyHost).
+func TestFallbackOutlastsSlowFailures(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_900_000_000, 0)
+	const interval, limit = 100 * time.Millisecond, 10
+	f := ratelimit.NewFleet(64)
+	offered, admitted := 0, 0
+	// offer offers the partition 1,000 operations a second for d.
+	offer := func(d time.Duration) {
+		for end := now.Add(d); now.Before(end); now = now.Add(time.Millisecond) {
+			offered++
+			if f.Admit(now.UnixNano(), 1, 7, limit) {
+				admitted++
+			}
+		}
+	}
+	// Each report times out: its first dial takes all of its time.
+	timedOut := false
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !timedOut {
+			offer(ReportTimeout(interval))
+			timedOut = true
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Err: os.ErrDeadlineExceeded}
+	}
+	var r *Reporter
+	report := func() {
+		timedOut = false
+		r.Report(context.Background())
+	}
+	m := NewMetrics(prometheus.NewRegistry())
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", Dialer: dial, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	r = New(Config{Client: c, KeyPrefix: "slow:", Interval: interval, Now: func() time.Time { return now }}, f, zerolog.Nop(), m)
+	offer(interval)
+	report() // lost at once: no report ever succeeded
+	offered, admitted = 0, 0
+	for range 4 {
+		offer(interval)
+		report()
+	}
+	// This proxy alone (fallback local) admits the limit, 10 a second.
+	secs := float64(offered) / 1000
+	if max := 1.2 * limit * secs; float64(admitted) > max {
+		t.Errorf("%d of %d admitted over %.1f s, want at most %.0f", admitted, offered, secs, max)
 	}
 }

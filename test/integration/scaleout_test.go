@@ -9,8 +9,11 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/ratelimit"
@@ -209,10 +212,28 @@ func TestScaleOutBusyHost(t *testing.T) {
 		}
 		t.Cleanup(func() { burn.Process.Kill(); burn.Wait() })
 	}
+	// How long Redis takes to answer beside them, as the proxies would
+	// see it: the slowest PING of one every 200 ms.
+	ctx, stop := context.WithCancel(context.Background())
+	var slowest time.Duration
+	var pinging sync.WaitGroup
+	pinging.Go(func() {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ReadTimeout: -1})
+		defer c.Close()
+		for ctx.Err() == nil {
+			start := time.Now()
+			c.Ping(ctx)
+			slowest = max(slowest, time.Since(start))
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
 	got, offered, procs := fleetRun{bin: bin, node: node.Addr(), redis: redisAddr, algorithm: ratelimit.AlgorithmTokenBucket,
 		split: even(3), offered: 5 * scaleOutLimit, seconds: 60}.runOffered(t)
+	stop()
+	pinging.Wait()
 	t.Logf("offered per second %.0f", offered)
 	t.Logf("admitted per second %.0f", got)
+	t.Logf("slowest Redis PING beside them: %v", slowest.Round(time.Millisecond))
 	for sec, x := range got[2:] {
 		if math.Abs(x-scaleOutLimit) > 0.1*scaleOutLimit {
 			t.Errorf("second %d: %.0f admitted, want %d ±10%%", sec+2, x, scaleOutLimit)
