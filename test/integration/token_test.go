@@ -21,6 +21,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,6 +72,22 @@ func (r recorder) MarshalCQL(info gocql.TypeInfo) ([]byte, error) {
 	b, err := gocql.Marshal(info, r.v)
 	*r.out = b
 	return b, err
+}
+
+// tokenValues is how many random values of each key type TestToken
+// writes, each in four ways: 300, or CQLGUARD_TOKEN_VALUES (1,000 takes
+// about a minute more).
+func tokenValues(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv("CQLGUARD_TOKEN_VALUES")
+	if v == "" {
+		return 300
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("CQLGUARD_TOKEN_VALUES=%q: want a positive count", v)
+	}
+	return n
 }
 
 func TestToken(t *testing.T) {
@@ -163,7 +180,7 @@ func runTokenCase(t *testing.T, s *gocql.Session, raw []*client.CqlClientConnect
 	}
 
 	r := rand.New(rand.NewPCG(uint64(n)+1, 42))
-	const count = 1000
+	count := tokenValues(t)
 	var values [][]tokenValue
 	for i := range count {
 		values = append(values, tc.gen(r, i))
