@@ -176,3 +176,39 @@ func AppendPrepareRequest(dst []byte, v uint8, stream int16, statement, keyspace
 	SetLength(dst[start:])
 	return dst
 }
+
+// AppendStartupRequest appends a whole STARTUP request frame on stream, in
+// protocol version v, asking for CQL 3.0.0 and no compression.
+func AppendStartupRequest(dst []byte, v uint8, stream int16) []byte {
+	start := len(dst)
+	dst = AppendHeader(dst, Header{Version: v, Stream: stream, Opcode: OpStartup})
+	dst = binary.BigEndian.AppendUint16(dst, 1)
+	dst = appendString(dst, "CQL_VERSION")
+	dst = appendString(dst, "3.0.0")
+	SetLength(dst[start:])
+	return dst
+}
+
+// AppendAuthResponse appends a whole AUTH_RESPONSE request frame carrying
+// token on stream, in protocol version v.
+func AppendAuthResponse(dst []byte, v uint8, stream int16, token []byte) []byte {
+	start := len(dst)
+	dst = AppendHeader(dst, Header{Version: v, Stream: stream, Opcode: OpAuthResponse})
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(token)))
+	dst = append(dst, token...)
+	SetLength(dst[start:])
+	return dst
+}
+
+// AppendRegisterRequest appends a whole REGISTER request frame for the
+// event types on stream, in protocol version v.
+func AppendRegisterRequest(dst []byte, v uint8, stream int16, types ...string) []byte {
+	start := len(dst)
+	dst = AppendHeader(dst, Header{Version: v, Stream: stream, Opcode: OpRegister})
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(types)))
+	for _, t := range types {
+		dst = appendString(dst, t)
+	}
+	SetLength(dst[start:])
+	return dst
+}

@@ -31,6 +31,9 @@ type Event struct {
 	// Addr holds 4 or 16 bytes.
 	Addr []byte
 	Port int32
+	// Target is what a schema change changed: KEYSPACE, TABLE, TYPE,
+	// FUNCTION or AGGREGATE.
+	Target []byte
 
 	h    Header
 	body []byte
@@ -71,7 +74,7 @@ func ParseEvent(body []byte, h Header) (Event, error) {
 		}
 		e.Port = int32(port)
 	case EventSchemaChange:
-		if err := c.schemaChange(h.Version); err != nil {
+		if e.Target, err = c.schemaChange(h.Version); err != nil {
 			return Event{}, fmt.Errorf("frame: EVENT %s: %w", e.Type, err)
 		}
 	default:
@@ -80,23 +83,24 @@ func ParseEvent(body []byte, h Header) (Event, error) {
 	return e, nil
 }
 
-// schemaChange reads the target and what it names of a schema change.
-func (c *bodyCursor) schemaChange(v uint8) error {
+// schemaChange reads the target and what it names of a schema change, and
+// returns the target.
+func (c *bodyCursor) schemaChange(v uint8) ([]byte, error) {
 	target, err := c.string()
 	if err != nil {
-		return fmt.Errorf("target: %w", err)
+		return nil, fmt.Errorf("target: %w", err)
 	}
 	if _, err := c.string(); err != nil {
-		return fmt.Errorf("keyspace: %w", err)
+		return nil, fmt.Errorf("keyspace: %w", err)
 	}
 	switch string(target) {
 	case "KEYSPACE":
-		return nil
+		return target, nil
 	case "TABLE", "TYPE":
 		_, err = c.string()
 	case "FUNCTION", "AGGREGATE":
 		if v < 4 {
-			return fmt.Errorf("target %s in v%d: %w", target, v, ErrMalformed)
+			return nil, fmt.Errorf("target %s in v%d: %w", target, v, ErrMalformed)
 		}
 		if _, err = c.string(); err != nil {
 			break
@@ -111,12 +115,12 @@ func (c *bodyCursor) schemaChange(v uint8) error {
 			}
 		}
 	default:
-		return fmt.Errorf("target %q: %w", target, ErrMalformed)
+		return nil, fmt.Errorf("target %q: %w", target, ErrMalformed)
 	}
 	if err != nil {
-		return fmt.Errorf("object: %w", err)
+		return nil, fmt.Errorf("object: %w", err)
 	}
-	return nil
+	return target, nil
 }
 
 // AppendMoved appends the frame of e, a topology or status change, about

@@ -51,8 +51,8 @@ func TestEventOracle(t *testing.T) {
 					t.Fatalf("%s: %q %q", what, e.Type, e.Change)
 				}
 			case *message.SchemaChangeEvent:
-				if string(e.Type) != EventSchemaChange || string(e.Change) != string(m.ChangeType) || e.Addr != nil {
-					t.Fatalf("%s: %q %q %v", what, e.Type, e.Change, e.Addr)
+				if string(e.Type) != EventSchemaChange || string(e.Change) != string(m.ChangeType) || e.Addr != nil || string(e.Target) != string(m.Target) {
+					t.Fatalf("%s: %q %q %v %q", what, e.Type, e.Change, e.Addr, e.Target)
 				}
 				continue
 			}
@@ -124,4 +124,25 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatalf("moved event reads back as %+v, %v", m, err)
 		}
 	})
+}
+
+// The requests a connection of the proxy's own sends to follow events
+// decode there as they say.
+func TestEventRequestsOracle(t *testing.T) {
+	for _, v := range parseVersions {
+		for _, tc := range []struct {
+			f    []byte
+			want message.Message
+		}{
+			{AppendStartupRequest(nil, v, 1), &message.Startup{Options: map[string]string{"CQL_VERSION": "3.0.0"}}},
+			{AppendAuthResponse(nil, v, 2, []byte("\x00user\x00secret")), &message.AuthResponse{Token: []byte("\x00user\x00secret")}},
+			{AppendRegisterRequest(nil, v, 3, EventTopologyChange, EventStatusChange, EventSchemaChange), &message.Register{EventTypes: []primitive.EventType{
+				primitive.EventTypeTopologyChange, primitive.EventTypeStatusChange, primitive.EventTypeSchemaChange}}},
+		} {
+			got := oracleDecode(t, tc.f, CompressionNone).Body.Message
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("v%d: decoded %#v, want %#v", v, got, tc.want)
+			}
+		}
+	}
 }

@@ -1,12 +1,14 @@
 package proxy
 
 // The cluster's ring, as routing reads it: kept fresh by reading the
-// upstreams' system tables, with the schema's connection (schemasource.go).
+// upstreams' system tables, with the schema's connection (schemasource.go),
+// every routing.refresh and as the cluster's events say (ringevents.go).
 
 import (
 	"context"
 	"net"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -200,15 +202,22 @@ func (p *Proxy) startRing(src *upstreamSchema, then func()) func() {
 		stale:     make(chan struct{}, 1),
 	}
 	p.ring, p.ringStale = u, u.Stale
+	c := src.cfg
+	events := &ringEvents{
+		addrs: c.Upstreams, username: c.Username, password: c.Password, tls: c.TLS, timeout: c.Timeout,
+		stale:     u.Stale,
+		up:        p.nodes.up,
+		down:      func(node string) { p.nodes.failed(node, p.elapsed()) },
+		heartbeat: eventsHeartbeat,
+		log:       u.log,
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		u.run(ctx)
-	}()
+	var running sync.WaitGroup
+	running.Go(func() { u.run(ctx) })
+	running.Go(func() { events.run(ctx) })
 	return func() {
 		cancel()
-		<-done
+		running.Wait()
 		then()
 	}
 }
