@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -124,27 +125,11 @@ func TestHedgedReadAnsweredElsewhere(t *testing.T) {
 // with it.
 func TestHedgedReadLeftoverOnFirstConnection(t *testing.T) {
 	t.Parallel()
-	up, c := startLegNode(t), startLegNode(t)
-	p, addr, _ := startLegsProxy(t, up.addr(), listRing{up.addr(), c.addr()}, hedgeAfter(time.Millisecond))
-	cl := dialStub(t, addr)
-	prefer(p, c.addr(), up.addr())
-	cl.answered(readKV(1, "bench.kv", 1), 1) // opens the connection to c
-
-	up.set(func(n *legNode) { n.hold = "k = 5" })
-	prefer(p, up.addr(), c.addr())
-	cl.answered(readKV(1, "bench.kv", 5), 1)
-	up.waitHeld(t, 1)
+	lw := startLeftoverWait(t)
+	p, up, cl := lw.p, lw.up, lw.cl
 	if won := testutil.ToFloat64(p.metrics.hedgesWon); won != 1 {
 		t.Fatalf("hedges won %v, want 1", won)
 	}
-	const scan = "SELECT v FROM bench.kv"
-	cl.write(stubQuery(1, scan))
-	s := onlySession(t, p)
-	waitUntil(t, "the scan waiting", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.leftoverWait
-	})
 	if ranQuery(up, scan) {
 		t.Fatal("the scan was sent on the stream the node still held")
 	}
@@ -321,4 +306,40 @@ func TestHedgeConfig(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming %s", tc.yaml, err, tc.want)
 		}
 	}
+}
+
+// leftoverWait is a proxy whose client's scan, on stream 1, waits on the
+// session's first connection (up) for the node to answer a hedged read's
+// copy there: read on stream 1, held by up, hedged to c, answered by c.
+type leftoverWait struct {
+	p        *Proxy
+	shutdown func(context.Context) error
+	up       *legNode
+	cl       *stubClient
+}
+
+// scan is the request leftoverWait's client waits with: it has no
+// partition, so it runs on up.
+const scan = "SELECT v FROM bench.kv"
+
+func startLeftoverWait(t *testing.T) leftoverWait {
+	t.Helper()
+	up, c := startLegNode(t), startLegNode(t)
+	p, addr, shutdown := startLegsProxy(t, up.addr(), listRing{up.addr(), c.addr()}, hedgeAfter(time.Millisecond))
+	cl := dialStub(t, addr)
+	prefer(p, c.addr(), up.addr())
+	cl.answered(readKV(1, "bench.kv", 1), 1) // opens the connection to c
+
+	up.set(func(n *legNode) { n.hold = "k = 5" })
+	prefer(p, up.addr(), c.addr())
+	cl.answered(readKV(1, "bench.kv", 5), 1) // c's answer: up holds its copy
+	up.waitHeld(t, 1)
+	cl.write(stubQuery(1, scan))
+	s := onlySession(t, p)
+	waitUntil(t, "the scan waiting", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.leftoverWait
+	})
+	return leftoverWait{p, shutdown, up, cl}
 }

@@ -651,17 +651,7 @@ func TestLegsDrainAnswersLastRequest(t *testing.T) {
 			leg.set(tt.hold)
 			c.write(req)
 			leg.waitHeld(t, 1)
-			done := make(chan error, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				done <- shutdown(ctx)
-			}()
-			waitUntil(t, "draining", func() bool {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				return p.draining
-			})
+			done := shutdownInBackground(t, p, shutdown)
 			leg.release()
 			c.wantResult(9)
 			if stream, op, msg, err := c.nextOp(); err == nil {
@@ -926,4 +916,23 @@ func TestLegsLoadOfClientNotReading(t *testing.T) {
 		t.Fatal("no request in flight: the test shows nothing")
 	}
 	t.Logf("%d requests in flight for a client not reading, none counted in the replica's load", inflight)
+}
+
+// shutdownInBackground shuts p down with shutdown, giving it 5 s, on
+// another goroutine, and returns once p is draining; the channel gets what
+// shutdown returns.
+func shutdownInBackground(t *testing.T, p *Proxy, shutdown func(context.Context) error) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- shutdown(ctx)
+	}()
+	waitUntil(t, "draining", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.draining
+	})
+	return done
 }

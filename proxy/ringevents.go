@@ -18,7 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
+	"net/netip"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -106,7 +106,7 @@ func (e *ringEvents) follow(ctx context.Context, addr string, registered func())
 	if err := e.logIn(conn, r); err != nil {
 		return err
 	}
-	if err := exchange(conn, r, frame.AppendRegisterRequest(nil, eventsVersion, 0,
+	if err := roundTrip(conn, r, frame.AppendRegisterRequest(nil, eventsVersion, 0,
 		frame.EventTopologyChange, frame.EventStatusChange, frame.EventSchemaChange), frame.OpReady); err != nil {
 		return fmt.Errorf("REGISTER: %w", err)
 	}
@@ -170,7 +170,7 @@ func (e *ringEvents) logIn(conn net.Conn, r *frame.Reader) error {
 		return errors.New("the node asks for a login, and schema.username is empty")
 	}
 	token := append(append(append([]byte{0}, e.username...), 0), e.password...)
-	err = exchange(conn, r, frame.AppendAuthResponse(nil, eventsVersion, 0, token), frame.OpAuthSuccess)
+	err = roundTrip(conn, r, frame.AppendAuthResponse(nil, eventsVersion, 0, token), frame.OpAuthSuccess)
 	clear(token)
 	if err != nil {
 		return fmt.Errorf("AUTH_RESPONSE: %w", err)
@@ -178,9 +178,9 @@ func (e *ringEvents) logIn(conn net.Conn, r *frame.Reader) error {
 	return nil
 }
 
-// exchange writes the request f on conn and wants an answer of opcode
+// roundTrip writes the request f on conn and wants an answer of opcode
 // want.
-func exchange(conn net.Conn, r *frame.Reader, f []byte, want frame.Opcode) error {
+func roundTrip(conn net.Conn, r *frame.Reader, f []byte, want frame.Opcode) error {
 	if _, err := conn.Write(f); err != nil {
 		return err
 	}
@@ -200,11 +200,12 @@ func (e *ringEvents) handle(ev frame.Event) {
 	case frame.EventTopologyChange:
 		e.stale()
 	case frame.EventStatusChange:
-		ip, ok := netipFrom(ev.Addr)
-		if !ok {
+		ip, ok := netip.AddrFromSlice(ev.Addr) // 4 or 16 bytes, as ParseEvent checked
+		if !ok || ev.Port < 0 || ev.Port > 65535 {
 			return
 		}
-		node := net.JoinHostPort(ip, strconv.Itoa(int(ev.Port)))
+		// As a ring names its nodes.
+		node := netip.AddrPortFrom(ip.Unmap(), uint16(ev.Port)).String()
 		if string(ev.Change) == "UP" {
 			e.up(node)
 		} else {
@@ -217,17 +218,4 @@ func (e *ringEvents) handle(ev frame.Event) {
 			e.stale()
 		}
 	}
-}
-
-// netipFrom returns the text of the 4- or 16-byte address a, as a ring
-// names its nodes.
-func netipFrom(a []byte) (string, bool) {
-	if len(a) != 4 && len(a) != 16 {
-		return "", false
-	}
-	ip := net.IP(a)
-	if v4 := ip.To4(); v4 != nil {
-		ip = v4
-	}
-	return ip.String(), true
 }

@@ -281,9 +281,5 @@ func (s *streams) updateEach(fn func(id int16, r *request)) {
 
 // update calls fn with every request in flight, which it may change.
 func (s *streams) update(fn func(r *request)) {
-	for i := range s.slots {
-		if s.slots[i].used {
-			fn(&s.slots[i].r)
-		}
-	}
+	s.updateEach(func(_ int16, r *request) { fn(r) })
 }
