@@ -219,14 +219,22 @@ build_certs() {
 }
 
 # launch port runs redis-server on port's redis.conf in the background, in a
-# session of its own so that a Ctrl-C or a killed process group of the caller
-# does not reach it; the inner shell writes its pid, which exec hands on.
+# process group of its own so that a Ctrl-C or a killed process group of the
+# caller does not reach it, and deaf to the hangup of the caller's terminal;
+# the inner shell writes its pid, which exec hands on. It stays in the
+# caller's session: where Linux groups processes by session for the
+# scheduler (kernel.sched_autogroup_enabled), a Redis in a session of its
+# own (setsid, or daemonize) beside a busy one was left waiting to run for
+# seconds at a time, and the proxies took it for gone (docs/scale-out.md).
 launch() {
   local d
   d=$(dir_of "$1")
   rm -f "$d/redis.pid"
-  setsid -f bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$d/redis.pid" \
-    redis-server "$d/redis.conf" </dev/null >>"$d/redis.log" 2>&1 9>&- 8>&-
+  (
+    set -m
+    nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$d/redis.pid" \
+      redis-server "$d/redis.conf" </dev/null >>"$d/redis.log" 2>&1 9>&- 8>&- &
+  )
   local i
   for i in $(seq 50); do [ -s "$d/redis.pid" ] && return 0; sleep 0.1; done
   die "redis-server on port $1 did not start (no pid file); log: $d/redis.log"
