@@ -300,6 +300,7 @@ func (s *session) openLeg(addr string, shard int) (*upstream, error) {
 		return nil, net.ErrClosed
 	}
 	s.legs = append(s.legs, u)
+	s.setConns()
 	s.running.Add(1)
 	s.mu.Unlock()
 	go s.serveLeg(u)
@@ -546,6 +547,7 @@ func (s *session) serveLeg(u *upstream) {
 	// failInFlight looks.
 	u.dead.Store(true)
 	s.legs = slices.DeleteFunc(s.legs, func(l *upstream) bool { return l == u })
+	s.setConns()
 	s.uncount(u)
 	s.mu.Unlock()
 	switch {

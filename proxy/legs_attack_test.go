@@ -68,6 +68,10 @@ type legNode struct {
 	held          []func()
 	heldCh        chan struct{}
 	got           int // requests held so far
+	// split has the node's next answer written half now and half at
+	// finish, as a node stopped part way through a frame.
+	split bool
+	rest  []func()
 }
 
 type legConn struct {
@@ -153,8 +157,20 @@ func (n *legNode) answer(c *legConn, body []byte, h frame.Header) func() {
 		out := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: op, Length: len(b)})
 		out = append(out, b...)
 		return func() {
+			now := out
+			n.mu.Lock()
+			if n.split {
+				n.split = false
+				now = out[:len(out)/2]
+				n.rest = append(n.rest, func() {
+					c.mu.Lock()
+					c.c.Write(out[len(now):])
+					c.mu.Unlock()
+				})
+			}
+			n.mu.Unlock()
 			c.mu.Lock()
-			c.c.Write(out)
+			c.c.Write(now)
 			c.mu.Unlock()
 		}
 	}
@@ -276,6 +292,17 @@ func (n *legNode) release() {
 	n.mu.Unlock()
 	for _, answer := range held {
 		answer()
+	}
+}
+
+// finish writes the rest of the answers split.
+func (n *legNode) finish() {
+	n.mu.Lock()
+	rest := n.rest
+	n.rest = nil
+	n.mu.Unlock()
+	for _, write := range rest {
+		write()
 	}
 }
 

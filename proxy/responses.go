@@ -32,18 +32,27 @@ func (s *session) serveResponses(u *upstream) error {
 			s.settling.Unlock()
 		}()
 	}
+	// A path that ends writes what others left it (handoff.go).
+	defer s.toClient.Push()
+	u.in.SetBeforeWait(s.kickClient)
 	var t answerTiming
 	for {
 		if u.from.Buffered() == 0 {
 			u.from.Release()
 			u.from.Shrink()
 			// Everything this read gave is handled: one write to the
-			// client for all of it.
-			if err := s.toClient.Push(); err != nil {
-				return fmt.Errorf("%w: %w", errClientGone, err)
+			// client for all of it, unless another path that is about
+			// to wake writes it with its own.
+			if !s.handOff(u) {
+				if err := s.toClient.Push(); err != nil {
+					return fmt.Errorf("%w: %w", errClientGone, err)
+				}
 			}
 			u.in.Park()
-			if u.in.Wait() {
+			u.waiting.Store(true)
+			waited := u.in.Wait()
+			u.waiting.Store(false)
+			if waited {
 				t.caughtUp(s.clientWaits.Load())
 			}
 		}

@@ -65,6 +65,13 @@ type session struct {
 	// the response path owns (answering, respScratch, markLWT, the stages'
 	// answered hooks) has one user at a time.
 	respMu sync.Mutex
+	// conns are up and the legs, for a response path to look over without
+	// mu; handOffs counts the response paths in a row that left their
+	// write to the client to another; kickClient is toClient.Kick
+	// (handoff.go).
+	conns      atomic.Pointer[[]*upstream]
+	handOffs   atomic.Int32
+	kickClient func()
 
 	fromClient *frame.Reader
 	// clientIn holds the client reader's buffer while bytes come.
@@ -185,6 +192,8 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	}
 	s.identity.addr = addrOf(client)
 	s.toClient.SetStall(s.clientStall)
+	s.kickClient = s.toClient.Kick
+	s.setConns()
 	guard.frames = s.fromClient
 	s.guard = guard
 	s.fromClient.SetBudget(frameBudget{s, p.requestFrames, guard, nil})
@@ -213,7 +222,13 @@ func (b frameBudget) Take(n int) error {
 		b.up.waitingForRoom.Store(true)
 		defer b.up.waitingForRoom.Store(false)
 	}
-	if !b.b.Take(int64(n), &b.s.stopped) {
+	var before func()
+	if b.up != nil {
+		// What other response paths left this one to write must not wait
+		// for room (handoff.go).
+		before = b.s.kickClient
+	}
+	if !b.b.TakeOr(int64(n), &b.s.stopped, before) {
 		return errSessionClosed
 	}
 	if b.guard != nil {
@@ -630,6 +645,7 @@ func (s *session) endStream(id int16) (request, bool) {
 // node's load. s.mu is held.
 func (s *session) endOn(u *upstream) {
 	u.inflight--
+	u.awaited.Add(-1)
 	if u.counted > u.inflight {
 		u.counted--
 		u.load.inflight.Add(-1)
@@ -660,6 +676,7 @@ func (s *session) countOn(u *upstream) {
 		u.activity++ // the node's silence counts from now
 	}
 	u.inflight++
+	u.awaited.Add(1)
 	if u.load == nil {
 		return
 	}

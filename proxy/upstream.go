@@ -55,6 +55,11 @@ type upstream struct {
 	// inflight): not those sent while the client was not reading, nor any
 	// once the session ends. Guarded by the session's mu.
 	inflight, counted int
+	// awaited is inflight, for the session's other response paths to read
+	// without mu; waiting is set while the response path waits for the
+	// node's next bytes (handoff.go).
+	awaited atomic.Int32
+	waiting atomic.Bool
 	// waitingForRoom is set while the response path waits for room in
 	// max_frame_bytes_total rather than for the node. (While it waits for
 	// the client, the client's writer holds bytes: see quiet.)

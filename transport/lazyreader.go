@@ -72,6 +72,26 @@ func NewLazyReader(src io.Reader, sock *SockReader, bufs *ReadBuffers) *LazyRead
 // the same reader for the LazyReader's life, parked or not.
 func (l *LazyReader) Reader() *bufio.Reader { return l.br }
 
+// Unread returns how many bytes the connection holds that no read has
+// taken yet, false when it cannot tell (TLS, not a socket): see
+// SockReader.Unread. Unlike the rest of a LazyReader, any goroutine may
+// call it.
+func (l *LazyReader) Unread() (int, bool) {
+	if l.sock == nil {
+		return 0, false
+	}
+	return l.sock.Unread()
+}
+
+// SetBeforeWait has fn called when the Reader, part way through what it
+// reads, finds the connection empty and is about to wait for it: see
+// SockReader.SetBeforeWait. Without raw calls (TLS) it is never called.
+func (l *LazyReader) SetBeforeWait(fn func()) {
+	if l.sock != nil {
+		l.sock.SetBeforeWait(fn)
+	}
+}
+
 // Take gives the Reader a buffer without waiting for bytes.
 func (l *LazyReader) Take() {
 	if l.held == nil {

@@ -36,20 +36,47 @@ import (
 type SockReader struct {
 	conn  net.Conn
 	raw   syscall.RawConn // nil: read through conn
+	fd    int             // raw's descriptor, for Unread; -1 without raw
 	b     []byte          // the buffer, while a raw call runs
 	n     int
 	err   error
-	tried bool                  // rawReadOrWait has tried b once
-	read  func(fd uintptr) bool // rawRead, made once so that Read allocates nothing
-	wait  func(fd uintptr) bool // rawReadOrWait, made once
+	tried bool // rawReadOrWait has tried b once
+	// before, when set, is called as a Read (not readOrWait) finds the
+	// socket empty and is about to wait for it; see SetBeforeWait.
+	before func()
+	read   func(fd uintptr) bool // rawRead, made once so that Read allocates nothing
+	wait   func(fd uintptr) bool // rawReadOrWait, made once
 }
 
 // NewSockReader returns a SockReader of conn.
 func NewSockReader(conn net.Conn) *SockReader {
-	r := &SockReader{conn: conn, raw: rawConnOf(conn)}
+	r := &SockReader{conn: conn, raw: rawConnOf(conn), fd: -1}
 	r.read = r.rawRead
 	r.wait = r.rawReadOrWait
+	if r.raw != nil {
+		r.raw.Control(func(fd uintptr) { r.fd = int(fd) })
+	}
 	return r
+}
+
+// SetBeforeWait has fn called when a Read finds the socket empty and is
+// about to wait for bytes: for a reader that holds others back while it
+// reads part way through a frame. fn runs inside the read, with the
+// connection's read side held: it must not block. Waits of a LazyReader
+// between frames (Wait) do not call it.
+func (r *SockReader) SetBeforeWait(fn func()) { r.before = fn }
+
+// Unread returns how many bytes the socket holds that no read has taken
+// yet, for another goroutine than the reader's to tell whether the reader
+// is about to wake; false when it cannot tell (not a socket). It is a
+// hint: it asks the descriptor the socket had, which once the connection
+// is closed may be another file's.
+func (r *SockReader) Unread() (int, bool) {
+	if r.fd < 0 {
+		return 0, false
+	}
+	n, errno := unreadRaw(r.fd)
+	return n, errno == 0
 }
 
 // Read reads what the connection has, up to len(b) bytes, waiting for some
@@ -87,6 +114,18 @@ func (r *SockReader) call(b []byte, fn func(fd uintptr) bool) (int, error) {
 }
 
 func (r *SockReader) rawRead(fd uintptr) bool {
+	if !r.readOnce(fd) {
+		if r.before != nil {
+			r.before()
+		}
+		return false
+	}
+	return true
+}
+
+// readOnce reads the socket fd into r.b once, and reports false when it
+// was empty.
+func (r *SockReader) readOnce(fd uintptr) bool {
 	n, errno := readRaw(fd, r.b)
 	switch {
 	case errno == syscall.EAGAIN:
@@ -106,7 +145,7 @@ func (r *SockReader) rawReadOrWait(fd uintptr) bool {
 		return true // readable now; the next Read reads
 	}
 	r.tried = true
-	return r.rawRead(fd)
+	return r.readOnce(fd)
 }
 
 // sockWriter writes a connection, with raw system calls when it is a

@@ -10,3 +10,5 @@ const rawCalls = false
 
 func readRaw(fd uintptr, b []byte) (int, syscall.Errno)  { return 0, syscall.EINVAL }
 func writeRaw(fd uintptr, b []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
+
+func unreadRaw(fd int) (int, syscall.Errno) { return 0, syscall.EINVAL }

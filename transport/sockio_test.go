@@ -160,3 +160,42 @@ func TestSockIOAllocs(t *testing.T) {
 		t.Fatalf("%.1f allocations per write and read", allocs)
 	}
 }
+
+// Unread counts what the peer wrote and no read has taken, allocating
+// nothing; it cannot tell on what is not a socket.
+func TestSockReaderUnread(t *testing.T) {
+	a, b := tcpPair(t, "127.0.0.1:0")
+	r := NewSockReader(b)
+	if !rawCalls {
+		if _, ok := r.Unread(); ok {
+			t.Fatal("Unread told without raw calls")
+		}
+		return
+	}
+	if n, ok := r.Unread(); !ok || n != 0 {
+		t.Fatalf("empty socket: Unread %d, %v", n, ok)
+	}
+	if _, err := a.Write([]byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	// Loopback delivers within the write.
+	if n, ok := r.Unread(); !ok || n != 10 {
+		t.Fatalf("after 10 bytes came: Unread %d, %v", n, ok)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := r.Unread(); !ok || n != 6 {
+		t.Fatalf("after reading 4 of 10: Unread %d, %v", n, ok)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { r.Unread() }); allocs != 0 {
+		t.Fatalf("%.1f allocations per Unread", allocs)
+	}
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	if _, ok := NewSockReader(q).Unread(); ok {
+		t.Fatal("Unread told on a pipe")
+	}
+}

@@ -234,9 +234,13 @@ func (w *Writer) Push() error {
 	return err
 }
 
-// kick starts the flush loop on a goroutine of its own if something is
-// queued and nothing writes it: for a producer about to wait, which must
-// not hold back what it queued.
+// Kick starts the flush loop on a goroutine of its own if something is
+// queued and nothing writes it, and returns at once: for a goroutine about
+// to wait, which must not hold back what it or others queued, and may not
+// block.
+func (w *Writer) Kick() { w.kick() }
+
+// kick is Kick, for a producer of w's about to wait.
 func (w *Writer) kick() {
 	w.mu.Lock()
 	w.kickLocked()
