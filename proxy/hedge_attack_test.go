@@ -177,3 +177,134 @@ func TestHedgedReadsClientNotReading(t *testing.T) {
 		t.Errorf("%v stray responses", n)
 	}
 }
+
+// sessionsEnded waits until p has no session left: each has ended, its
+// response paths with it (session.run).
+func sessionsEnded(t *testing.T, p *Proxy) {
+	t.Helper()
+	waitUntil(t, "the sessions to end", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.sessions) == 0
+	})
+}
+
+// wantNoTrace checks that s, ended, left no hedge timer set, and that the
+// nodes count none of its requests in flight.
+func wantNoTrace(t *testing.T, p *Proxy, s *session, nodes ...*legNode) {
+	t.Helper()
+	s.mu.Lock()
+	armed := s.hedgeArmed
+	stopped := s.hedgeTimer == nil || !s.hedgeTimer.Stop()
+	s.mu.Unlock()
+	if armed || !stopped {
+		t.Errorf("the hedge timer of a session that ended is set (armed %t)", armed)
+	}
+	for _, n := range nodes {
+		if in := p.loads.of(n.addr()).inflight.Load(); in != 0 {
+			t.Errorf("node %s has %d requests in flight, want 0", n.addr(), in)
+		}
+	}
+}
+
+// A client that leaves while its request waits for a hedged read's copy
+// on the session's first connection ends its session once the node
+// answers the copy, or once upstream_timeout gives up on the node: the
+// request path waiting does not read the client, which it finds gone
+// after. The copy's answer reaches nobody, and the nodes count nothing of
+// the session's in flight.
+func TestHedgedLeftoverWaitClientLeaves(t *testing.T) {
+	t.Parallel()
+	for _, answered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("answered %t", answered), func(t *testing.T) {
+			t.Parallel()
+			lw := startLeftoverWait(t, func(cfg *config.Config) {
+				if !answered {
+					cfg.UpstreamTimeout = config.Duration(100 * time.Millisecond)
+				}
+			})
+			s := onlySession(t, lw.p)
+			lw.cl.c.Close()
+			if answered {
+				lw.up.release()
+			}
+			sessionsEnded(t, lw.p)
+			wantNoTrace(t, lw.p, s, lw.up, lw.c)
+			if n := testutil.ToFloat64(lw.p.metrics.protocolErrors.WithLabelValues("stray_response")); n != 0 {
+				t.Errorf("%v stray responses", n)
+			}
+			if !answered {
+				lw.up.release() // to a connection closed
+			}
+		})
+	}
+}
+
+// A client that abandons a pipeline of reads, some of them hedged, both
+// copies held, and others not due yet, leaves nothing behind: its session
+// ends at once, without waiting for the nodes, writes it nothing more, sets
+// no hedge timer, and the nodes count none of its reads in flight; what
+// they answer later reaches nobody.
+func TestHedgedPipelineAbandoned(t *testing.T) {
+	t.Parallel()
+	for _, after := range []time.Duration{time.Millisecond, time.Hour} {
+		t.Run(fmt.Sprintf("hedge_after %s", after), func(t *testing.T) {
+			t.Parallel()
+			up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+			p, addr, _ := startLegsProxy(t, up.addr(), listRing{b.addr(), c.addr()}, hedgeAfter(after))
+			cl := dialStub(t, addr)
+			if after < time.Second {
+				warmLegs(t, p, cl, b, c)
+			} else {
+				// Nothing is hedged an hour later: the legs open
+				// without waiting for it.
+				prefer(p, b.addr(), c.addr())
+				cl.answered(readKV(1, "bench.kv", 1), 1)
+				prefer(p, c.addr(), b.addr())
+				cl.answered(readKV(2, "bench.kv", 2), 2)
+			}
+			s := onlySession(t, p)
+			for _, n := range []*legNode{b, c} {
+				n.set(func(n *legNode) { n.hold = "held" })
+			}
+			sent := testutil.ToFloat64(p.metrics.hedges)
+			prefer(p, b.addr(), c.addr())
+			const reads = 2 * hedgeBurst
+			var pipeline []byte
+			for i := range reads {
+				pipeline = append(pipeline, stubQuery(int16(10+i), fmt.Sprintf("SELECT held FROM bench.kv WHERE k = %d", 100+i))...)
+			}
+			cl.write(pipeline)
+			b.waitHeld(t, reads)
+			if after < time.Second {
+				c.waitHeld(t, 1) // a hedge
+			}
+			waitUntil(t, "the reads in flight", func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return s.streams.inflight == reads
+			})
+			hedged := testutil.ToFloat64(p.metrics.hedges) - sent
+			s.mu.Lock()
+			armed := s.hedgeArmed
+			s.mu.Unlock()
+			t.Logf("%v of %d reads hedged; hedge timer set: %t", hedged, reads, armed)
+
+			// The client is done sending: the session ends, the nodes
+			// holding every read.
+			if err := cl.c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			sessionsEnded(t, p)
+			wantNoTrace(t, p, s, up, b, c)
+			if stream, op, _, err := cl.nextOp(); err == nil {
+				t.Errorf("a client that left got %s on stream %d", op, stream)
+			}
+			b.release()
+			c.release()
+			if n := testutil.ToFloat64(p.metrics.protocolErrors.WithLabelValues("stray_response")); n != 0 {
+				t.Errorf("%v stray responses", n)
+			}
+		})
+	}
+}
