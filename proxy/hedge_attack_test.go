@@ -308,3 +308,41 @@ func TestHedgedPipelineAbandoned(t *testing.T) {
 		})
 	}
 }
+
+// A session that closes while its request path still has hedgeable reads
+// to forward, read from the client before (its first node lost, here,
+// while it waited for room), sets no hedge timer for them: a timer set
+// after the session stopped hedging would hold the session until it fired,
+// hedge_after later.
+func TestHedgeTimerNotSetAfterClose(t *testing.T) {
+	t.Parallel()
+	up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+	p, addr, _ := startLegsProxy(t, up.addr(), listRing{b.addr(), c.addr()}, func(cfg *config.Config) {
+		cfg.Routing.HedgeAfter = config.Duration(time.Hour)
+		cfg.MaxInFlightPerConnection = 2
+	})
+	cl := dialStub(t, addr)
+	prefer(p, b.addr(), c.addr())
+	cl.answered(readKV(1, "bench.kv", 1), 1)
+	prefer(p, c.addr(), b.addr())
+	cl.answered(readKV(2, "bench.kv", 2), 2)
+	s := onlySession(t, p)
+
+	b.set(func(n *legNode) { n.hold = "held" })
+	prefer(p, b.addr(), c.addr())
+	var pipeline []byte
+	for i := range 8 {
+		pipeline = append(pipeline, stubQuery(int16(10+i), fmt.Sprintf("SELECT held FROM bench.kv WHERE k = %d", 100+i))...)
+	}
+	cl.write(pipeline)
+	b.waitHeld(t, 2)
+	waitUntil(t, "the request path to wait for room", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.full
+	})
+	up.drop()
+	sessionsEnded(t, p)
+	wantNoTrace(t, p, s, up, b, c)
+	b.release()
+}
