@@ -126,7 +126,10 @@ func (s *session) hedgeTarget(u *upstream, h frame.Header, req *request) *upstre
 func (s *session) queueHedge(start int64) {
 	rc := &s.p.cfg.Routing
 	s.hedgeSpent = max(s.hedgeSpent-rc.HedgeBudget, 0)
-	if s.hedgeArmed {
+	// A session closing may still forward what its request path had read
+	// (serveRequests): a timer set after stopHedging would hold the session
+	// until it fired, hedge_after later, to hedge nothing.
+	if s.hedgeArmed || s.halted {
 		return
 	}
 	s.hedgeArmed = true

@@ -314,7 +314,7 @@ func TestHedgeConfig(t *testing.T) {
 type leftoverWait struct {
 	p        *Proxy
 	shutdown func(context.Context) error
-	up       *legNode
+	up, c    *legNode
 	cl       *stubClient
 }
 
@@ -322,10 +322,15 @@ type leftoverWait struct {
 // partition, so it runs on up.
 const scan = "SELECT v FROM bench.kv"
 
-func startLeftoverWait(t *testing.T) leftoverWait {
+func startLeftoverWait(t *testing.T, edits ...func(*config.Config)) leftoverWait {
 	t.Helper()
 	up, c := startLegNode(t), startLegNode(t)
-	p, addr, shutdown := startLegsProxy(t, up.addr(), listRing{up.addr(), c.addr()}, hedgeAfter(time.Millisecond))
+	p, addr, shutdown := startLegsProxy(t, up.addr(), listRing{up.addr(), c.addr()}, func(cfg *config.Config) {
+		hedgeAfter(time.Millisecond)(cfg)
+		for _, edit := range edits {
+			edit(cfg)
+		}
+	})
 	cl := dialStub(t, addr)
 	prefer(p, c.addr(), up.addr())
 	cl.answered(readKV(1, "bench.kv", 1), 1) // opens the connection to c
@@ -341,5 +346,5 @@ func startLeftoverWait(t *testing.T) leftoverWait {
 		defer s.mu.Unlock()
 		return s.leftoverWait
 	})
-	return leftoverWait{p, shutdown, up, cl}
+	return leftoverWait{p, shutdown, up, c, cl}
 }

@@ -55,6 +55,9 @@ type legNode struct {
 	hold                     string
 	holdOptions, holdStartup bool
 	preparePad               int
+	// bigResult pads the answers to the QUERYs whose text contains "big"
+	// with that many bytes.
+	bigResult int
 	// strayOn, when not 0, is a stream the node also answers on, unasked,
 	// when it runs a QUERY containing "stray", as a misbehaving node would.
 	strayOn int16
@@ -202,8 +205,11 @@ func (n *legNode) answer(c *legConn, body []byte, h frame.Header) func() {
 		}
 		n.record(c.keyspace + "|" + string(q))
 		n.mu.Lock()
-		stray := n.strayOn
+		stray, big := n.strayOn, n.bigResult
 		n.mu.Unlock()
+		if big > 0 && bytes.Contains(q, []byte("big")) {
+			return reply(frame.OpResult, append(void, make([]byte, big)...))
+		}
 		if stray != 0 && bytes.Contains(q, []byte("stray")) {
 			answer := reply(frame.OpResult, void)
 			unasked := frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: stray, Opcode: frame.OpResult, Length: len(void)})
