@@ -42,7 +42,11 @@ type ringEvents struct {
 	// heartbeat is how often the connection is asked OPTIONS, so that a
 	// node that stops answering without closing it is left.
 	heartbeat time.Duration
-	log       zerolog.Logger
+	// retry is how long after a connection ends, or fails to follow, the
+	// next upstream is tried: a cluster that is gone is not dialed in a
+	// loop.
+	retry time.Duration
+	log   zerolog.Logger
 }
 
 // eventsHeartbeat is how often an events connection is asked OPTIONS.
@@ -76,7 +80,7 @@ func (e *ringEvents) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(ringRetry):
+		case <-time.After(e.retry):
 		}
 	}
 }

@@ -1,14 +1,21 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
+	"github.com/rs/zerolog"
 
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -40,6 +47,7 @@ func TestRingEventsFollowed(t *testing.T) {
 		up:        func(n string) { ups <- n },
 		down:      func(n string) { downs <- n },
 		heartbeat: 5 * time.Millisecond,
+		retry:     10 * time.Millisecond,
 		log:       testLogger(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,4 +92,153 @@ func TestRingEventsFollowed(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// notFollowing is the message of a connection to an upstream that ended or
+// could not follow the events: a warning once an outage, debug after.
+const notFollowing = "not following the cluster's events"
+
+// count returns how many lines of level, or of any level if "", hold msg.
+func (l *logLines) count(level, msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for line := range bytes.Lines(l.b.Bytes()) {
+		var m map[string]any
+		if json.Unmarshal(line, &m) == nil && (level == "" || m["level"] == level) && strings.Contains(fmt.Sprint(m["message"]), msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// runEvents runs e until stop, and returns how many goroutines it has
+// running: its own and those it started, told apart from the rest of the
+// process's by a profiler label they inherit.
+func runEvents(t *testing.T, e *ringEvents) (goroutines func() int, stop func()) {
+	t.Helper()
+	label := fmt.Sprintf("%s %p", t.Name(), e)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go pprof.Do(ctx, pprof.Labels("events", label), func(ctx context.Context) {
+		defer close(done)
+		e.run(ctx)
+	})
+	goroutines = func() int {
+		var b bytes.Buffer
+		if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+			t.Fatal(err)
+		}
+		// Groups of goroutines, each "N @ pcs" and then its labels, if any.
+		n, group := 0, 0
+		for line := range strings.Lines(b.String()) {
+			if c, _, ok := strings.Cut(line, " @ "); ok {
+				group, _ = strconv.Atoi(c)
+			} else if strings.HasPrefix(line, "# labels: ") && strings.Contains(line, strconv.Quote(label)) {
+				n += group
+			}
+		}
+		return n
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return goroutines, stop
+}
+
+// newNodeAt starts a fake node on addr again, once the port is free.
+func newNodeAt(t *testing.T, addr string) *fakenode.Node {
+	t.Helper()
+	var node *fakenode.Node
+	waitUntil(t, "the node listening again on "+addr, func() bool {
+		var err error
+		node, err = fakenode.Start(addr, fakenode.Options{})
+		return err == nil
+	})
+	return node
+}
+
+// The upstream followed goes away and comes back, twenty times: each time
+// the events are followed again once it is back, the ring read again for
+// what was missed, and a topology change after it has the ring read again.
+// While it is gone it is dialed once a retry, not in a loop, and the outage
+// is warned of once; the connections that ended leave no goroutine behind.
+func TestRingEventsNodeReturns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// restart closes the node, its listener with its connections, and
+		// starts it again; otherwise the node closes the connection and
+		// goes on listening.
+		restart bool
+	}{
+		{"the node restarts", true},
+		{"the node closes the connection", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			node := newNodeAt(t, "127.0.0.1:0")
+			t.Cleanup(func() { node.Close() })
+			addr := node.Addr()
+			var stale atomic.Int32
+			var log logLines
+			e := &ringEvents{
+				addrs: []string{addr}, timeout: time.Second,
+				stale:     func() { stale.Add(1) },
+				up:        func(string) { t.Error("a node said up") },
+				down:      func(string) { t.Error("a node said down") },
+				heartbeat: 20 * time.Millisecond,
+				retry:     10 * time.Millisecond,
+				log:       zerolog.New(&log).Level(zerolog.DebugLevel),
+			}
+			goroutines, stop := runEvents(t, e)
+			topology := &message.TopologyChangeEvent{ChangeType: primitive.TopologyChangeTypeNewNode,
+				Address: &primitive.Inet{Addr: net.ParseIP("10.0.0.9").To4(), Port: 9042}}
+			const cycles = 20
+			want := int32(1)
+			for i := range cycles {
+				waitUntil(t, "the events followed", func() bool { return stale.Load() == want })
+				// Its loop and the heartbeat's.
+				waitUntil(t, "two goroutines following", func() bool { return goroutines() == 2 })
+				node.PushEvent(topology)
+				want++
+				waitUntil(t, "the ring asked for", func() bool { return stale.Load() == want })
+
+				start := time.Now()
+				failed := log.count("", notFollowing)
+				if !tc.restart {
+					node.DropShard(0)
+					waitUntil(t, "the connection's end noticed", func() bool { return log.count("warn", notFollowing) == i+1 })
+				} else {
+					node.Close()
+					// Three dials refused after the loss, each a retry
+					// after the last: the count of dials, read first,
+					// bounds the time they took.
+					waitUntil(t, "dials refused", func() bool { return log.count("", notFollowing) >= failed+4 })
+					dials := log.count("", notFollowing) - failed - 1 // the loss's
+					if took := time.Since(start); time.Duration(dials)*e.retry > took {
+						t.Fatalf("%d dials in %v, more than one a retry (%v)", dials, took, e.retry)
+					}
+					node = newNodeAt(t, addr)
+				}
+				want++ // registered again
+			}
+			waitUntil(t, "the events followed", func() bool { return stale.Load() == want })
+			waitUntil(t, "two goroutines following", func() bool { return goroutines() == 2 })
+			if n := log.count("warn", notFollowing); n != cycles {
+				t.Errorf("%d warnings of not following, want one an outage, %d", n, cycles)
+			}
+			if n := log.count("info", "following the cluster's events again"); n != cycles {
+				t.Errorf("%d lines of following again, want one an outage, %d", n, cycles)
+			}
+			stop()
+			waitUntil(t, "no goroutine following", func() bool { return goroutines() == 0 })
+		})
+	}
 }
