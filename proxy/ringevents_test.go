@@ -1,22 +1,27 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
 
@@ -239,6 +244,188 @@ func TestRingEventsNodeReturns(t *testing.T) {
 			}
 			stop()
 			waitUntil(t, "no goroutine following", func() bool { return goroutines() == 0 })
+		})
+	}
+}
+
+// scriptedNode is an upstream that answers each request as its test says,
+// or not at all, and lets the test write to its connections.
+type scriptedNode struct {
+	ln net.Listener
+	// answer returns the answer to a request of op, nil for none.
+	answer func(op frame.Opcode) message.Message
+	conns  chan *scriptedConn // each connection accepted
+}
+
+// scriptedConn is a connection a scriptedNode accepted.
+type scriptedConn struct {
+	nc       net.Conn
+	mu       sync.Mutex // guards writes
+	accepted time.Time
+	asked    chan frame.Opcode // each request's opcode
+	closed   chan struct{}     // closed once the peer closed it
+}
+
+// startScripted starts a scriptedNode until the test ends.
+func startScripted(t *testing.T, answer func(op frame.Opcode) message.Message) *scriptedNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &scriptedNode{ln: ln, answer: answer, conns: make(chan *scriptedConn, 16)}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var all []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, nc := range all {
+			nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			all = append(all, nc)
+			mu.Unlock()
+			c := &scriptedConn{nc: nc, accepted: time.Now(), asked: make(chan frame.Opcode, 16), closed: make(chan struct{})}
+			select {
+			case n.conns <- c:
+			default:
+				t.Error("too many connections")
+				nc.Close()
+				continue
+			}
+			wg.Go(func() { n.serve(c) })
+		}
+	})
+	return n
+}
+
+func (n *scriptedNode) addr() string { return n.ln.Addr().String() }
+
+func (n *scriptedNode) serve(c *scriptedConn) {
+	defer close(c.closed)
+	defer c.nc.Close()
+	r := frame.NewReader(bufio.NewReader(c.nc), 1<<20)
+	for {
+		_, h, err := r.Next()
+		if err != nil {
+			return
+		}
+		select {
+		case c.asked <- h.Opcode:
+		default:
+		}
+		if a := n.answer(h.Opcode); a != nil {
+			var b bytes.Buffer
+			if err := pframe.NewCodec().EncodeFrame(pframe.NewFrame(primitive.ProtocolVersion(h.Version), h.Stream, a), &b); err != nil {
+				panic(err)
+			}
+			c.write(b.Bytes())
+		}
+	}
+}
+
+// write writes b to the connection, ignoring whether it could.
+func (c *scriptedConn) write(b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nc.Write(b)
+}
+
+// accepted returns the next connection n accepts, failing the test after
+// 5 s.
+func (n *scriptedNode) accepted(t *testing.T) *scriptedConn {
+	t.Helper()
+	select {
+	case c := <-n.conns:
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatal("timed out waiting for a connection")
+		return nil
+	}
+}
+
+// requests returns the opcodes of the requests c received so far.
+func (c *scriptedConn) requests() []frame.Opcode {
+	var ops []frame.Opcode
+	for {
+		select {
+		case op := <-c.asked:
+			ops = append(ops, op)
+		default:
+			return ops
+		}
+	}
+}
+
+// An upstream that takes the connection and then does not answer, at
+// STARTUP, at the login or at REGISTER, is given up on within the
+// connection's timeout, its connection closed, and the next upstream
+// followed.
+func TestRingEventsNodeHangs(t *testing.T) {
+	t.Parallel()
+	authenticate := &message.Authenticate{Authenticator: "org.apache.cassandra.auth.PasswordAuthenticator"}
+	for _, tc := range []struct {
+		name   string
+		answer func(op frame.Opcode) message.Message
+		asked  []frame.Opcode
+	}{
+		{"no answer to STARTUP", func(frame.Opcode) message.Message { return nil }, []frame.Opcode{frame.OpStartup}},
+		{"a login asked for, then no answer", func(op frame.Opcode) message.Message {
+			if op == frame.OpStartup {
+				return authenticate
+			}
+			return nil
+		}, []frame.Opcode{frame.OpStartup, frame.OpAuthResponse}},
+		{"no answer to REGISTER", func(op frame.Opcode) message.Message {
+			if op == frame.OpStartup {
+				return &message.Ready{}
+			}
+			return nil
+		}, []frame.Opcode{frame.OpStartup, frame.OpRegister}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hung := startScripted(t, tc.answer)
+			node := fakeNode(t, "127.0.0.1:0", fakenode.Options{Username: "schema", Password: "secret"})
+			var stale atomic.Int32
+			var log logLines
+			e := &ringEvents{
+				addrs: []string{hung.addr(), node.Addr()}, username: "schema", password: "secret",
+				timeout:   200 * time.Millisecond,
+				stale:     func() { stale.Add(1) },
+				up:        func(string) {},
+				down:      func(string) {},
+				heartbeat: time.Minute,
+				retry:     10 * time.Millisecond,
+				log:       zerolog.New(&log).Level(zerolog.DebugLevel),
+			}
+			runEvents(t, e)
+			c := hung.accepted(t)
+			waitUntil(t, "the next upstream followed", func() bool { return stale.Load() == 1 })
+			select {
+			case <-c.closed:
+			default:
+				t.Fatal("the connection to the upstream that does not answer is left open")
+			}
+			if took := time.Since(c.accepted); took < e.timeout {
+				t.Errorf("given up after %v, before the timeout, %v", took, e.timeout)
+			}
+			if got := c.requests(); !slices.Equal(got, tc.asked) {
+				t.Errorf("asked %v, want %v", got, tc.asked)
+			}
+			if n := log.count("warn", notFollowing); n != 1 {
+				t.Errorf("%d warnings of not following, want 1", n)
+			}
 		})
 	}
 }
