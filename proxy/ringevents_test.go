@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -425,6 +426,114 @@ func TestRingEventsNodeHangs(t *testing.T) {
 			}
 			if n := log.count("warn", notFollowing); n != 1 {
 				t.Errorf("%d warnings of not following, want 1", n)
+			}
+		})
+	}
+}
+
+// eventFrame returns an EVENT frame, v4, of the body made of parts.
+func eventFrame(parts ...[]byte) []byte {
+	f := frame.AppendHeader(nil, frame.Header{Version: eventsVersion, Response: true, Stream: -1, Opcode: frame.OpEvent})
+	for _, p := range parts {
+		f = append(f, p...)
+	}
+	frame.SetLength(f)
+	return f
+}
+
+// cqlString is s as a [string].
+func cqlString(s string) []byte {
+	return append(binary.BigEndian.AppendUint16(nil, uint16(len(s))), s...)
+}
+
+// inet is a node's [inet]: its address's length, the address, the port.
+func inet(addr []byte, port uint32) []byte {
+	return binary.BigEndian.AppendUint32(append([]byte{byte(len(addr))}, addr...), port)
+}
+
+// What a node sends on the events connection that is no event the proxy
+// can act on is logged and dropped, with no panic: an EVENT that cannot be
+// read has the ring read again in case it was a change, and the
+// connection is kept; a frame that leaves the connection unreadable ends
+// it, and the events are followed on a new one. Either way an event after
+// it is followed.
+func TestRingEventsBadEvent(t *testing.T) {
+	t.Parallel()
+	ip := []byte{10, 0, 0, 9}
+	for _, tc := range []struct {
+		name string
+		sent []byte
+		// stale is how many times the frame has the ring read.
+		stale int32
+		// reconnect: the connection ends and a new one follows.
+		reconnect bool
+		// logged is the message of the debug line the frame logs, if any.
+		logged string
+	}{
+		{"an EVENT cut short", eventFrame(cqlString("TOPOLOGY_CHANGE")[:5]), 1, false, "an event that cannot be read"},
+		{"an event of an unknown type", eventFrame(cqlString("WEATHER_CHANGE"), cqlString("RAIN")), 1, false, "an event that cannot be read"},
+		{"an address of 5 bytes", eventFrame(cqlString("STATUS_CHANGE"), cqlString("DOWN"), inet([]byte{10, 0, 0, 9, 9}, 9042)), 1, false, "an event that cannot be read"},
+		{"a status neither UP nor DOWN", eventFrame(cqlString("STATUS_CHANGE"), cqlString("SIDEWAYS"), inet(ip, 9042)), 0, false, "an event that says nothing known"},
+		{"a port out of range", eventFrame(cqlString("STATUS_CHANGE"), cqlString("DOWN"), inet(ip, 70000)), 0, false, "an event that says nothing known"},
+		{"an unknown schema target", eventFrame(cqlString("SCHEMA_CHANGE"), cqlString("UPDATED"), cqlString("VIEW"), cqlString("ks"), cqlString("v")), 1, false, "an event that cannot be read"},
+		{"a keyspace unknown to the ring", eventFrame(cqlString("SCHEMA_CHANGE"), cqlString("CREATED"), cqlString("KEYSPACE"), cqlString("nosuch")), 1, false, ""},
+		{"a table of a keyspace unknown to the ring", eventFrame(cqlString("SCHEMA_CHANGE"), cqlString("CREATED"), cqlString("TABLE"), cqlString("nosuch"), cqlString("t")), 0, false, ""},
+		{"a RESULT on the event stream", frame.AppendHeader(nil, frame.Header{Version: eventsVersion, Response: true, Stream: -1, Opcode: frame.OpResult}), 0, false, ""},
+		{"protocol version 2", []byte{0x82, 0, 0xff, byte(frame.OpEvent), 0, 0, 0, 0}, 0, true, ""},
+		{"an EVENT of 1 MiB", append(frame.AppendHeader(nil, frame.Header{Version: eventsVersion, Response: true, Stream: -1, Opcode: frame.OpEvent, Length: 1 << 20}), make([]byte, 1<<20)...), 0, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			node := startScripted(t, func(op frame.Opcode) message.Message {
+				switch op {
+				case frame.OpStartup, frame.OpRegister:
+					return &message.Ready{}
+				case frame.OpOptions:
+					return &message.Supported{}
+				}
+				return nil
+			})
+			var stale, said atomic.Int32
+			var log logLines
+			e := &ringEvents{
+				addrs: []string{node.addr()}, timeout: time.Second,
+				stale:     func() { stale.Add(1) },
+				up:        func(string) { said.Add(1) },
+				down:      func(string) { said.Add(1) },
+				heartbeat: time.Minute,
+				retry:     10 * time.Millisecond,
+				log:       zerolog.New(&log).Level(zerolog.DebugLevel),
+			}
+			runEvents(t, e)
+			c := node.accepted(t)
+			waitUntil(t, "the events followed", func() bool { return stale.Load() == 1 })
+			c.write(tc.sent)
+			want := 1 + tc.stale
+			if tc.reconnect {
+				<-c.closed
+				c = node.accepted(t)
+				want = 2 // registered again
+				waitUntil(t, "the events followed again", func() bool { return stale.Load() == want })
+			}
+			// An event after it is followed.
+			c.write(eventFrame(cqlString("TOPOLOGY_CHANGE"), cqlString("NEW_NODE"), inet(ip, 9042)))
+			want++
+			waitUntil(t, "the event after it followed", func() bool { return stale.Load() >= want })
+			if got := stale.Load(); got != want {
+				t.Errorf("the ring asked for %d times, want %d", got, want)
+			}
+			if n := said.Load(); n != 0 {
+				t.Errorf("%d nodes said up or down", n)
+			}
+			select {
+			case <-c.closed:
+				t.Error("the connection ended")
+			case <-node.conns:
+				t.Error("another connection made")
+			default:
+			}
+			if tc.logged != "" && log.count("debug", tc.logged) != 1 {
+				t.Errorf("%q not logged once: %s", tc.logged, log.String())
 			}
 		})
 	}
