@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"runtime/pprof"
 	"slices"
@@ -20,8 +21,10 @@ import (
 	pframe "github.com/datastax/go-cassandra-native-protocol/frame"
 	"github.com/datastax/go-cassandra-native-protocol/message"
 	"github.com/datastax/go-cassandra-native-protocol/primitive"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/cqlguard/cqlguard/config"
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/test/fakenode"
 )
@@ -536,5 +539,101 @@ func TestRingEventsBadEvent(t *testing.T) {
 				t.Errorf("%q not logged once: %s", tc.logged, log.String())
 			}
 		})
+	}
+}
+
+// holdEvents serves node's connections through a relay, but holds each
+// connection that starts as an events connection does, unanswered, and
+// sends it on held.
+func holdEvents(t *testing.T, node string) (addr string, held <-chan *scriptedConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startup := frame.AppendStartupRequest(nil, eventsVersion, 0)
+	out := make(chan *scriptedConn, 16)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var all []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range all {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			all = append(all, nc)
+			mu.Unlock()
+			wg.Go(func() {
+				br := bufio.NewReader(nc)
+				first, _, err := frame.NewReader(br, 1<<20).Next()
+				if err != nil {
+					return
+				}
+				if bytes.Equal(first, startup) {
+					c := &scriptedConn{nc: nc, accepted: time.Now(), closed: make(chan struct{})}
+					out <- c
+					io.Copy(io.Discard, nc)
+					close(c.closed)
+					return
+				}
+				up, err := net.Dial("tcp", node)
+				if err != nil {
+					nc.Close()
+					return
+				}
+				mu.Lock()
+				all = append(all, up)
+				mu.Unlock()
+				up.Write(first)
+				wg.Go(func() {
+					io.Copy(nc, up)
+					nc.Close()
+				})
+				io.Copy(up, br)
+				up.Close()
+			})
+		}
+	})
+	return ln.Addr().String(), out
+}
+
+// An events connection that hangs holds up nothing else: while it waits
+// on its upstream, a client's session through the proxy is served.
+func TestRingEventsHangDelaysNoSession(t *testing.T) {
+	t.Parallel()
+	node := fakeNode(t, "127.0.0.1:0", fakenode.Options{})
+	relay, held := holdEvents(t, node.Addr())
+	cfg := config.Default()
+	cfg.Admin.Listen, cfg.Listen, cfg.Upstreams = "", "127.0.0.1:0", []string{relay}
+	// The events connection's timeout: it is held this long at least.
+	cfg.DialTimeout = config.Duration(time.Minute)
+	_, addr := serveProxy(t, cfg, testLogger(), prometheus.NewRegistry())
+	var c *scriptedConn
+	select {
+	case c = <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no events connection")
+	}
+	client := dialRaw(t, addr, 4)
+	client.startup(map[string]string{"DRIVER_NAME": "test"})
+	client.send(1, &message.Query{Query: "SELECT v FROM bench.kv WHERE k = 1", Options: &message.QueryOptions{Consistency: primitive.ConsistencyLevelOne}})
+	if f := client.recv(); f.Header.OpCode != primitive.OpCodeResult {
+		t.Fatalf("answered with %v", f.Body.Message)
+	}
+	select {
+	case <-c.closed:
+		t.Fatal("the events connection given up before the session was served: the test shows nothing")
+	default:
 	}
 }
