@@ -513,7 +513,11 @@ func TestRingEventsBadEvent(t *testing.T) {
 			c.write(tc.sent)
 			want := 1 + tc.stale
 			if tc.reconnect {
-				<-c.closed
+				select {
+				case <-c.closed:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the connection kept")
+				}
 				c = node.accepted(t)
 				want = 2 // registered again
 				waitUntil(t, "the events followed again", func() bool { return stale.Load() == want })
