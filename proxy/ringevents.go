@@ -42,7 +42,11 @@ type ringEvents struct {
 	// heartbeat is how often the connection is asked OPTIONS, so that a
 	// node that stops answering without closing it is left.
 	heartbeat time.Duration
-	log       zerolog.Logger
+	// retry is how long after a connection ends, or fails to follow, the
+	// next upstream is tried: a cluster that is gone is not dialed in a
+	// loop.
+	retry time.Duration
+	log   zerolog.Logger
 }
 
 // eventsHeartbeat is how often an events connection is asked OPTIONS.
@@ -76,7 +80,7 @@ func (e *ringEvents) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(ringRetry):
+		case <-time.After(e.retry):
 		}
 	}
 }
@@ -202,14 +206,20 @@ func (e *ringEvents) handle(ev frame.Event) {
 	case frame.EventStatusChange:
 		ip, ok := netip.AddrFromSlice(ev.Addr) // 4 or 16 bytes, as ParseEvent checked
 		if !ok || ev.Port < 0 || ev.Port > 65535 {
+			e.log.Debug().Str("change", string(ev.Change)).Int32("port", ev.Port).Msg("an event that says nothing known, of a port out of range; ignored")
 			return
 		}
 		// As a ring names its nodes.
 		node := netip.AddrPortFrom(ip.Unmap(), uint16(ev.Port)).String()
-		if string(ev.Change) == "UP" {
+		switch string(ev.Change) {
+		case "UP":
 			e.up(node)
-		} else {
+		case "DOWN":
 			e.down(node)
+		default:
+			// The protocol has no other status: a node is not avoided on
+			// a word the proxy does not know.
+			e.log.Debug().Str("change", string(ev.Change)).Str("node", node).Msg("an event that says nothing known, of a status neither UP nor DOWN; ignored")
 		}
 	case frame.EventSchemaChange:
 		// A keyspace's replication places its replicas; a table's change

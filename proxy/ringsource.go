@@ -209,6 +209,7 @@ func (p *Proxy) startRing(src *upstreamSchema, then func()) func() {
 		up:        p.nodes.up,
 		down:      func(node string) { p.nodes.failed(node, p.elapsed()) },
 		heartbeat: eventsHeartbeat,
+		retry:     ringRetry,
 		log:       u.log,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
