@@ -34,6 +34,16 @@ package proxy
 // their write to another.
 const maxHandOffs = 2
 
+// Asking a socket for its bytes is a system call, a few hundred
+// nanoseconds: when answers come one at a time (a driver that does not
+// coalesce, a light load), it finds none, again and again. After
+// handOffMisses looks in a row that asked and found no bytes, a session's
+// response paths skip the next handOffSkips before they look again.
+const (
+	handOffMisses = 4
+	handOffSkips  = 16
+)
+
 // handOff reports whether u's response path, which has handled all it
 // read, may leave writing what it queued to another response path of the
 // session: one waiting for its node, with requests in flight there and
@@ -43,18 +53,32 @@ func (s *session) handOff(u *upstream) bool {
 	if conns == nil || len(*conns) < 2 {
 		return false
 	}
+	if s.handOffSkip.Load() > 0 {
+		s.handOffSkip.Add(-1)
+		return false
+	}
+	asked := false
 	for _, o := range *conns {
 		if o == u || o.awaited.Load() <= 0 || !o.waiting.Load() {
 			continue
 		}
-		if n, ok := o.in.Unread(); ok && n > 0 {
-			if s.handOffs.Add(1) > maxHandOffs {
-				break
+		n, ok := o.in.Unread()
+		if n > 0 {
+			s.handOffMissed.Store(0)
+			if s.handOffs.Add(1) <= maxHandOffs {
+				return true
 			}
-			return true
+			// This one writes: the next may leave it again.
+			s.handOffs.Store(0)
+			return false
 		}
+		asked = asked || ok
 	}
 	s.handOffs.Store(0)
+	if asked && s.handOffMissed.Add(1) >= handOffMisses {
+		s.handOffMissed.Store(0)
+		s.handOffSkip.Store(handOffSkips)
+	}
 	return false
 }
 
