@@ -20,6 +20,7 @@ var unitlessFields = map[string]bool{
 	"max_connections": true,
 	"nodes":           true,
 	"opcode":          true,
+	"port":            true,
 	"proxies":         true,
 	"requests":        true,
 	"stream":          true,
