@@ -25,6 +25,12 @@ package proxy
 //   - a path that ends writes as it ends (serveResponses), after it stopped
 //     being a path one can hand off to.
 //
+// Nor may it work on without end: a node that sends without a pause, in
+// frames no read of the buffer ends on, never has its path find all it
+// read handled, nor its socket empty. While a write may have been left,
+// a path starts the flush loop every leftWriteWeight of frames it handles
+// (writeLeft).
+//
 // The bytes in the other socket only say the path will wake soon; the
 // descriptor they are asked of may be stale once its connection is closed,
 // but that path then writes as it ends. At most maxHandOffs paths in a row
@@ -33,6 +39,11 @@ package proxy
 // maxHandOffs is how many response paths of a session in a row may leave
 // their write to another.
 const maxHandOffs = 2
+
+// leftWriteWeight is how much a response path handles, while a write may
+// have been left to it, before it starts the client writer's flush loop:
+// frames, each weighing one and one more for each KiB of its body.
+const leftWriteWeight = 64
 
 // Asking a socket for its bytes is a system call, a few hundred
 // nanoseconds: when answers come one at a time (a driver that does not
@@ -88,4 +99,13 @@ func (s *session) setConns() {
 	conns := make([]*upstream, 0, 1+len(s.legs))
 	conns = append(append(conns, s.up), s.legs...)
 	s.conns.Store(&conns)
+}
+
+// writeLeft starts the client writer's flush loop if a response path may
+// have left its write to another: handOffs stays above zero from a hand-off
+// until a path looks for one and writes.
+func (s *session) writeLeft() {
+	if s.handOffs.Load() > 0 {
+		s.kickClient()
+	}
 }

@@ -36,8 +36,11 @@ func (s *session) serveResponses(u *upstream) error {
 	defer s.toClient.Push()
 	u.in.SetBeforeWait(s.kickClient)
 	var t answerTiming
+	// What this path handled since it last wrote or waited (writeLeft).
+	handled := 0
 	for {
 		if u.from.Buffered() == 0 {
+			handled = 0
 			u.from.Release()
 			u.from.Shrink()
 			// Everything this read gave is handled: one write to the
@@ -57,6 +60,10 @@ func (s *session) serveResponses(u *upstream) error {
 			}
 		}
 		f, h, err := u.from.Next()
+		if handled += 1 + h.Length>>10; handled >= leftWriteWeight {
+			handled = 0
+			s.writeLeft()
+		}
 		if err != nil {
 			var tooLarge *frame.TooLargeError
 			if !errors.As(err, &tooLarge) {
