@@ -28,8 +28,8 @@ package proxy
 // Nor may it work on without end: a node that sends without a pause, in
 // frames no read of the buffer ends on, never has its path find all it
 // read handled, nor its socket empty. While a write may have been left,
-// a path starts the flush loop every leftWriteWeight of frames it handles
-// (writeLeft).
+// a path starts the flush loop every leftWriteWeight of frames it handles,
+// and before it reads a frame over 64 KiB (writeLeft).
 //
 // The bytes in the other socket only say the path will wake soon; the
 // descriptor they are asked of may be stale once its connection is closed,

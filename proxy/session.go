@@ -227,9 +227,10 @@ func (b frameBudget) Take(n int) error {
 	}
 	var before func()
 	if b.up != nil {
-		// What other response paths left this one to write must not wait
-		// for room (handoff.go).
+		// What other response paths left this one to write waits neither
+		// for room nor for a frame over 64 KiB to be read (handoff.go).
 		before = b.s.kickClient
+		b.s.writeLeft()
 	}
 	if !b.b.TakeOr(int64(n), &b.s.stopped, before) {
 		return errSessionClosed
