@@ -70,7 +70,7 @@ func (s *session) handOff(u *upstream) bool {
 	}
 	asked := false
 	for _, o := range *conns {
-		if o == u || o.awaited.Load() <= 0 || !o.waiting.Load() {
+		if o == u || o.inflight.Load() <= 0 || !o.waiting.Load() {
 			continue
 		}
 		n, ok := o.in.Unread()

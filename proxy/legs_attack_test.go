@@ -794,7 +794,7 @@ func TestLegsAskOutlivesUpstream(t *testing.T) {
 	waitUntil(t, "the request sent on up", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.up.inflight > 0
+		return s.up.inflight.Load() > 0
 	})
 	s.respMu.Unlock()
 

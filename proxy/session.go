@@ -221,12 +221,10 @@ var errSessionClosed = fmt.Errorf("waiting for max_frame_bytes_total: %w", net.E
 // peer's: the client's frame_timeout starts again once there is room, and
 // the upstream is not taken for silent meanwhile (upstream_timeout).
 func (b frameBudget) Take(n int) error {
+	var before func()
 	if b.up != nil {
 		b.up.waitingForRoom.Store(true)
 		defer b.up.waitingForRoom.Store(false)
-	}
-	var before func()
-	if b.up != nil {
 		// What other response paths left this one to write waits neither
 		// for room nor for a frame over 64 KiB to be read (handoff.go).
 		before = b.s.kickClient
@@ -388,7 +386,7 @@ type stalledUpstream struct {
 // client (clientHolds) or on max_frame_bytes_total is not waiting on the
 // node. The session's mu is held.
 func (u *upstream) quiet(clientHolds bool) int {
-	if u.inflight == 0 || u.activity != u.lastActivity || clientHolds || u.waitingForRoom.Load() {
+	if u.inflight.Load() == 0 || u.activity != u.lastActivity || clientHolds || u.waitingForRoom.Load() {
 		u.lastActivity, u.quietTicks = u.activity, 0
 		return 0
 	}
@@ -648,9 +646,7 @@ func (s *session) endStream(id int16) (request, bool) {
 // endOn ends one of the requests in flight on u in its count, and in its
 // node's load. s.mu is held.
 func (s *session) endOn(u *upstream) {
-	u.inflight--
-	u.awaited.Add(-1)
-	if u.counted > u.inflight {
+	if u.counted > u.inflight.Add(-1) {
 		u.counted--
 		u.load.inflight.Add(-1)
 	}
@@ -676,11 +672,9 @@ func (s *session) sentOn(r *request, u *upstream) {
 // countOn counts one more request in flight on u, and in its node's load.
 // s.mu is held.
 func (s *session) countOn(u *upstream) {
-	if u.inflight == 0 {
+	if u.inflight.Add(1) == 1 {
 		u.activity++ // the node's silence counts from now
 	}
-	u.inflight++
-	u.awaited.Add(1)
 	if u.load == nil {
 		return
 	}

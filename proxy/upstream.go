@@ -53,12 +53,13 @@ type upstream struct {
 	// inflight counts the requests sent on the connection and not yet
 	// answered, and counted those of them its node's load counts (at most
 	// inflight): not those sent while the client was not reading, nor any
-	// once the session ends. Guarded by the session's mu.
-	inflight, counted int
-	// awaited is inflight, for the session's other response paths to read
-	// without mu; waiting is set while the response path waits for the
-	// node's next bytes (handoff.go).
-	awaited atomic.Int32
+	// once the session ends. Both change under the session's mu; inflight
+	// is also read without it, by the session's other response paths
+	// (handoff.go).
+	inflight atomic.Int32
+	counted  int32
+	// waiting is set while the response path waits for the node's next
+	// bytes (handoff.go).
 	waiting atomic.Bool
 	// waitingForRoom is set while the response path waits for room in
 	// max_frame_bytes_total rather than for the node. (While it waits for
