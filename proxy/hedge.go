@@ -181,10 +181,9 @@ func (s *session) hedge(stream int16, r *request, now int64) {
 	case len(r.up.leftovers) >= maxLeftovers:
 		// The hedge answered first would leave one more there.
 	case v.dead.Load() || v.awaitsLeftover(stream) || len(v.leftovers) >= maxLeftovers || v.to.Full():
-	case s.keyspace.Load() != r.resend.keyspace || s.clientWaiting() || s.toClient.Full():
+	case s.keyspace.Load() != r.resend.keyspace || s.clientBehind():
 		// A USE answered since: v may be in another keyspace by now. A
-		// client not reading, or whose writer is full and about to wait
-		// for it (as hot reads tell it): its answers wait anyway.
+		// client behind on its answers: they wait anyway.
 	case s.hedgeSpent+1 > hedgeBurst:
 		s.p.metrics.hedgesRefused.Inc()
 	default:

@@ -309,7 +309,7 @@ func (s *session) joinOrLead(h frame.Header, p *classify.Partition, t *hotTable,
 	// (its answers would wait on its client).
 	// Nor does one whose stream a hedged read's copy still holds on up
 	// (hedge.go), where it would be forwarded if handed on.
-	if max > 0 && s.streams.inflight+1 >= max || s.clientWaiting() || s.toClient.Full() || s.up.awaitsLeftover(h.Stream) {
+	if max > 0 && s.streams.inflight+1 >= max || s.clientBehind() || s.up.awaitsLeftover(h.Stream) {
 		s.mu.Unlock()
 		s.p.inflight.Give(1)
 		t.uncoalesced.Inc()
@@ -448,6 +448,11 @@ func (s *session) clientStall(waiting bool) {
 
 // clientWaiting reports whether a write to s's client waits for room now.
 func (s *session) clientWaiting() bool { return uint32(s.clientWaits.Load()) > 0 }
+
+// clientBehind reports whether the client is not reading its answers, or
+// its writer is full and the next answer would wait for it: a read that
+// would only add to what waits (a joined hot read, a hedge) is not made.
+func (s *session) clientBehind() bool { return s.clientWaiting() || s.toClient.Full() }
 
 // deliver answers w, a read of s that waited on an identical one (r, nil
 // for a refusal), with f, the other's answer. It never waits on s's
