@@ -85,21 +85,11 @@ func (n *legNode) flood(chunk []byte) (stop func()) {
 // come at once: hence the rounds.
 func TestHandOffNodeFlooding(t *testing.T) {
 	t.Parallel()
-	up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
-	_, addr, _ := startLegsProxy(t, up.addr(), splitRing{low: b.addr(), high: c.addr()}, nil)
-	low, high := keyOn(true), keyOn(false)
+	b, c, addr := handOffNodes(t)
 	chunk := floodChunk(1000)
 	for round := range 100 {
-		cl := dialStub(t, addr)
-		// Open the connections to both nodes.
-		cl.answered(readKV(1, "bench.kv", low), 1)
-		cl.answered(readKV(2, "bench.kv", high), 2)
 		// b holds a request, so that its path is one to leave a write to.
-		b.set(func(n *legNode) { n.hold = "WHERE k =" })
-		c.set(func(n *legNode) { n.hold = "WHERE k =" })
-		cl.write(append(readKV(3, "bench.kv", low), readKV(4, "bench.kv", high)...))
-		b.waitHeld(t, round+1)
-		c.waitHeld(t, round+1)
+		cl := heldPair(t, addr, b, c, round)
 		c.release()
 		stop := b.flood(chunk)
 		// c's answer, while b floods: an answer left to b's path would
