@@ -278,39 +278,59 @@ func startScripted(t *testing.T, answer func(op frame.Opcode) message.Message) *
 		t.Fatal(err)
 	}
 	n := &scriptedNode{ln: ln, answer: answer, conns: make(chan *scriptedConn, 16)}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var all []net.Conn
+	acceptEach(t, ln, func(_ *connTracker, nc net.Conn) {
+		c := &scriptedConn{nc: nc, accepted: time.Now(), asked: make(chan frame.Opcode, 16), closed: make(chan struct{})}
+		select {
+		case n.conns <- c:
+		default:
+			t.Error("too many connections")
+			nc.Close()
+			return
+		}
+		n.serve(c)
+	})
+	return n
+}
+
+// connTracker is what acceptEach keeps: the connections to close, and the
+// goroutines to wait for, once the test ends.
+type connTracker struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	all []net.Conn
+}
+
+// acceptEach accepts connections on ln until the test ends, and serves each
+// with serve on a goroutine of its own. Then it closes ln and every
+// connection accepted or tracked, and waits for the goroutines.
+func acceptEach(t *testing.T, ln net.Listener, serve func(tr *connTracker, nc net.Conn)) {
+	tr := &connTracker{}
 	t.Cleanup(func() {
 		ln.Close()
-		mu.Lock()
-		for _, nc := range all {
-			nc.Close()
+		tr.mu.Lock()
+		for _, c := range tr.all {
+			c.Close()
 		}
-		mu.Unlock()
-		wg.Wait()
+		tr.mu.Unlock()
+		tr.wg.Wait()
 	})
-	wg.Go(func() {
+	tr.wg.Go(func() {
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			all = append(all, nc)
-			mu.Unlock()
-			c := &scriptedConn{nc: nc, accepted: time.Now(), asked: make(chan frame.Opcode, 16), closed: make(chan struct{})}
-			select {
-			case n.conns <- c:
-			default:
-				t.Error("too many connections")
-				nc.Close()
-				continue
-			}
-			wg.Go(func() { n.serve(c) })
+			tr.track(nc)
+			tr.wg.Go(func() { serve(tr, nc) })
 		}
 	})
-	return n
+}
+
+// track has c closed when the test ends.
+func (tr *connTracker) track(c net.Conn) {
+	tr.mu.Lock()
+	tr.all = append(tr.all, c)
+	tr.mu.Unlock()
 }
 
 func (n *scriptedNode) addr() string { return n.ln.Addr().String() }
@@ -557,57 +577,32 @@ func holdEvents(t *testing.T, node string) (addr string, held <-chan *scriptedCo
 	}
 	startup := frame.AppendStartupRequest(nil, eventsVersion, 0)
 	out := make(chan *scriptedConn, 16)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var all []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range all {
-			c.Close()
+	acceptEach(t, ln, func(tr *connTracker, nc net.Conn) {
+		br := bufio.NewReader(nc)
+		first, _, err := frame.NewReader(br, 1<<20).Next()
+		if err != nil {
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			all = append(all, nc)
-			mu.Unlock()
-			wg.Go(func() {
-				br := bufio.NewReader(nc)
-				first, _, err := frame.NewReader(br, 1<<20).Next()
-				if err != nil {
-					return
-				}
-				if bytes.Equal(first, startup) {
-					c := &scriptedConn{nc: nc, accepted: time.Now(), closed: make(chan struct{})}
-					out <- c
-					io.Copy(io.Discard, nc)
-					close(c.closed)
-					return
-				}
-				up, err := net.Dial("tcp", node)
-				if err != nil {
-					nc.Close()
-					return
-				}
-				mu.Lock()
-				all = append(all, up)
-				mu.Unlock()
-				up.Write(first)
-				wg.Go(func() {
-					io.Copy(nc, up)
-					nc.Close()
-				})
-				io.Copy(up, br)
-				up.Close()
-			})
+		if bytes.Equal(first, startup) {
+			c := &scriptedConn{nc: nc, accepted: time.Now(), closed: make(chan struct{})}
+			out <- c
+			io.Copy(io.Discard, nc)
+			close(c.closed)
+			return
 		}
+		up, err := net.Dial("tcp", node)
+		if err != nil {
+			nc.Close()
+			return
+		}
+		tr.track(up)
+		up.Write(first)
+		tr.wg.Go(func() {
+			io.Copy(nc, up)
+			nc.Close()
+		})
+		io.Copy(up, br)
+		up.Close()
 	})
 	return ln.Addr().String(), out
 }
