@@ -2,12 +2,7 @@
 
 package transport
 
-import (
-	"syscall"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
-)
+import "syscall"
 
 // Under the race detector and the memory sanitizers the raw paths read and
 // write through syscall.Read and syscall.Write, which tell the checker
@@ -43,12 +38,4 @@ func errnoOf(err error) syscall.Errno {
 		return 0
 	}
 	return err.(syscall.Errno)
-}
-
-// unreadRaw is ioctl(2) SIOCINQ on fd: the bytes a socket holds unread. It
-// cannot block.
-func unreadRaw(fd int) (int, syscall.Errno) {
-	var n int32
-	_, _, errno := syscall.RawSyscall(syscall.SYS_IOCTL, uintptr(fd), unix.SIOCINQ, uintptr(unsafe.Pointer(&n)))
-	return int(n), errno
 }

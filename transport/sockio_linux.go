@@ -5,8 +5,6 @@ package transport
 import (
 	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // rawCalls reports whether readRaw and writeRaw make system calls.
@@ -32,12 +30,4 @@ func writeRaw(fd uintptr, b []byte) (int, syscall.Errno) {
 			return int(n), errno
 		}
 	}
-}
-
-// unreadRaw is ioctl(2) SIOCINQ on fd: the bytes a socket holds unread. It
-// cannot block.
-func unreadRaw(fd int) (int, syscall.Errno) {
-	var n int32
-	_, _, errno := syscall.RawSyscall(syscall.SYS_IOCTL, uintptr(fd), unix.SIOCINQ, uintptr(unsafe.Pointer(&n)))
-	return int(n), errno
 }
