@@ -64,8 +64,8 @@ func (s *session) handOff(u *upstream) bool {
 	if conns == nil || len(*conns) < 2 {
 		return false
 	}
-	if s.handOffSkip.Load() > 0 {
-		s.handOffSkip.Add(-1)
+	if s.handOffLooks.Load() < 0 {
+		s.handOffLooks.Add(1)
 		return false
 	}
 	asked := false
@@ -75,7 +75,7 @@ func (s *session) handOff(u *upstream) bool {
 		}
 		n, ok := o.in.Unread()
 		if n > 0 {
-			s.handOffMissed.Store(0)
+			s.handOffLooks.Store(0)
 			if s.handOffs.Add(1) <= maxHandOffs {
 				return true
 			}
@@ -86,9 +86,8 @@ func (s *session) handOff(u *upstream) bool {
 		asked = asked || ok
 	}
 	s.handOffs.Store(0)
-	if asked && s.handOffMissed.Add(1) >= handOffMisses {
-		s.handOffMissed.Store(0)
-		s.handOffSkip.Store(handOffSkips)
+	if asked && s.handOffLooks.Add(1) >= handOffMisses {
+		s.handOffLooks.Store(-handOffSkips)
 	}
 	return false
 }

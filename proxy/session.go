@@ -67,14 +67,13 @@ type session struct {
 	respMu sync.Mutex
 	// conns are up and the legs, for a response path to look over without
 	// mu; handOffs counts the response paths in a row that left their
-	// write to the client to another, handOffMissed the looks in a row
-	// that found no other to leave it to, and handOffSkip the looks to
-	// skip; kickClient is toClient.Kick (handoff.go).
-	conns         atomic.Pointer[[]*upstream]
-	handOffs      atomic.Int32
-	handOffMissed atomic.Int32
-	handOffSkip   atomic.Int32
-	kickClient    func()
+	// write to the client to another; handOffLooks the looks in a row
+	// that found no other to leave it to, or, below zero, the looks still
+	// to skip; kickClient is toClient.Kick (handoff.go).
+	conns        atomic.Pointer[[]*upstream]
+	handOffs     atomic.Int32
+	handOffLooks atomic.Int32
+	kickClient   func()
 
 	fromClient *frame.Reader
 	// clientIn holds the client reader's buffer while bytes come.
