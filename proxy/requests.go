@@ -369,6 +369,20 @@ func (s *session) push() error {
 	return nil
 }
 
+// kickWritten starts the flush loops of the writers the request path has
+// queued to since it last pushed, and returns at once: for the request
+// path about to wait part way through a frame, from inside the client's
+// read, where it must not block. The requests and answers of the frames
+// before go meanwhile; push, once the frame is whole, finds them written
+// or being written.
+func (s *session) kickWritten() {
+	s.toClient.Kick()
+	s.up.to.Kick()
+	for _, u := range s.written {
+		u.to.Kick()
+	}
+}
+
 // wrote notes that the request path queued a request on u, which push
 // writes.
 func (s *session) wrote(u *upstream) {

@@ -69,11 +69,13 @@ type session struct {
 	// mu; handOffs counts the response paths in a row that left their
 	// write to the client to another; handOffLooks the looks in a row
 	// that found no other to leave it to, or, below zero, the looks still
-	// to skip; kickClient is toClient.Kick (handoff.go).
+	// to skip; kickClient is toClient.Kick (handoff.go); kickQueued is
+	// the request path's (requests.go).
 	conns        atomic.Pointer[[]*upstream]
 	handOffs     atomic.Int32
 	handOffLooks atomic.Int32
 	kickClient   func()
+	kickQueued   func()
 
 	fromClient *frame.Reader
 	// clientIn holds the client reader's buffer while bytes come.
@@ -195,6 +197,10 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	s.identity.addr = addrOf(client)
 	s.toClient.SetStall(s.clientStall)
 	s.kickClient = s.toClient.Kick
+	s.kickQueued = s.kickWritten
+	// Part way through a frame, the frames before it do not wait for
+	// the rest of it.
+	guard.in.SetBeforeWait(s.kickQueued)
 	s.setConns()
 	guard.frames = s.fromClient
 	s.guard = guard
@@ -228,6 +234,10 @@ func (b frameBudget) Take(n int) error {
 		// for room nor for a frame over 64 KiB to be read (handoff.go).
 		before = b.s.kickClient
 		b.s.writeLeft()
+	} else {
+		// Nor do the requests read before a large frame wait for
+		// room for it.
+		before = b.s.kickQueued
 	}
 	if !b.b.TakeOr(int64(n), &b.s.stopped, before) {
 		return errSessionClosed

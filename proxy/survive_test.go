@@ -465,7 +465,12 @@ type stubClient struct {
 
 func dialStub(t *testing.T, addr string) *stubClient {
 	t.Helper()
-	c := rawConn(t, addr)
+	return stubOn(t, rawConn(t, addr))
+}
+
+// stubOn is dialStub on a connection the test has opened: STARTUP on c.
+func stubOn(t *testing.T, c net.Conn) *stubClient {
+	t.Helper()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	sc := &stubClient{t: t, c: c, r: frame.NewReader(bufio.NewReader(c), 1<<20)}
 	startup := frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2})

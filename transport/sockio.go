@@ -62,8 +62,9 @@ func NewSockReader(conn net.Conn) *SockReader {
 // SetBeforeWait has fn called when a Read finds the socket empty and is
 // about to wait for bytes: for a reader that holds others back while it
 // reads part way through a frame. fn runs inside the read, with the
-// connection's read side held: it must not block. Waits of a LazyReader
-// between frames (Wait) do not call it.
+// connection's read side held: it must not block. On a connection without
+// raw calls, which cannot tell, fn is called before each Read. Waits of a
+// LazyReader between frames (Wait) on a raw connection do not call it.
 func (r *SockReader) SetBeforeWait(fn func()) { r.before = fn }
 
 // Unread returns how many bytes the socket holds that no read has taken
@@ -83,6 +84,9 @@ func (r *SockReader) Unread() (int, bool) {
 // if it has none.
 func (r *SockReader) Read(b []byte) (int, error) {
 	if r.raw == nil || len(b) == 0 {
+		if r.before != nil && len(b) > 0 {
+			r.before()
+		}
 		return r.conn.Read(b)
 	}
 	return r.call(b, r.read)

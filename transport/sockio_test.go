@@ -199,3 +199,73 @@ func TestSockReaderUnread(t *testing.T) {
 		t.Fatal("Unread told on a pipe")
 	}
 }
+
+// SetBeforeWait's fn is called as a Read is about to wait: on a socket,
+// only when it finds nothing to read; on a connection without raw calls,
+// which cannot tell, before every Read.
+func TestSockReaderBeforeWait(t *testing.T) {
+	t.Parallel()
+	read := func(t *testing.T, r *SockReader, want string) {
+		t.Helper()
+		buf := make([]byte, 8)
+		if n, err := r.Read(buf); err != nil || string(buf[:n]) != want {
+			t.Fatalf("read %q, %v; want %q", buf[:n], err, want)
+		}
+	}
+	// waitRead reads "y", which a goroutine writes to w once fn is
+	// called, and returns how many times fn was.
+	waitRead := func(t *testing.T, r *SockReader, w net.Conn) int {
+		t.Helper()
+		calls := 0
+		called := make(chan struct{})
+		r.SetBeforeWait(func() {
+			if calls++; calls == 1 {
+				close(called)
+			}
+		})
+		go func() {
+			<-called
+			w.Write([]byte("y"))
+		}()
+		read(t, r, "y")
+		return calls
+	}
+
+	t.Run("socket", func(t *testing.T) {
+		if !rawCalls {
+			t.Skip("no raw calls on this platform")
+		}
+		a, b := tcpPair(t, "127.0.0.1:0")
+		b.SetReadDeadline(time.Now().Add(5 * time.Second)) // fails rather than hangs
+		r := NewSockReader(b)
+		a.Write([]byte("x"))
+		waitUntilUnread(t, r, 1)
+		r.SetBeforeWait(func() { t.Error("fn called for a read of bytes there already") })
+		read(t, r, "x")
+		if n := waitRead(t, r, a); n != 1 {
+			t.Errorf("fn called %d times for a read that waited, want 1", n)
+		}
+	})
+	t.Run("pipe", func(t *testing.T) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		r := NewSockReader(b)
+		if n := waitRead(t, r, a); n != 1 {
+			t.Errorf("fn called %d times for a read, want 1", n)
+		}
+	})
+}
+
+// waitUntilUnread waits until r's socket holds n bytes unread.
+func waitUntilUnread(t *testing.T, r *SockReader, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if got, ok := r.Unread(); ok && got == n {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d bytes unread, want %d", got, n)
+		}
+	}
+}

@@ -238,7 +238,13 @@ func (w *Writer) Push() error {
 // queued and nothing writes it, and returns at once: for a goroutine about
 // to wait, which must not hold back what it or others queued, and may not
 // block.
-func (w *Writer) Kick() { w.kick() }
+func (w *Writer) Kick() {
+	// Nothing queued or being written: the lock is left alone, as in Push.
+	if w.held.Load() == 0 {
+		return
+	}
+	w.kick()
+}
 
 // kick is Kick, for a producer of w's about to wait.
 func (w *Writer) kick() {
