@@ -51,7 +51,8 @@ type LazyReader struct {
 	held   *bufio.Reader // whose buffer br uses while not parked
 	bufs   *ReadBuffers
 	src    io.Reader
-	sock   *SockReader // the socket src reads, when raw calls can wait on it; else nil
+	conn   *SockReader // what src reads the connection through
+	sock   *SockReader // conn, when raw calls can wait on it; else nil
 	head   [512]byte   // read while parked
 	off, n int         // head[off:n] is yet to be read through br
 	err    error       // the error of the parked read, after head
@@ -61,7 +62,7 @@ type LazyReader struct {
 // bufs. src reads the connection through sock, or is sock: a reader that
 // does more than sock's Read (sets deadlines, say) wraps it.
 func NewLazyReader(src io.Reader, sock *SockReader, bufs *ReadBuffers) *LazyReader {
-	l := &LazyReader{br: new(bufio.Reader), bufs: bufs, src: src}
+	l := &LazyReader{br: new(bufio.Reader), bufs: bufs, src: src, conn: sock}
 	if sock.raw != nil {
 		l.sock = sock
 	}
@@ -85,12 +86,9 @@ func (l *LazyReader) Unread() (int, bool) {
 
 // SetBeforeWait has fn called when the Reader, part way through what it
 // reads, finds the connection empty and is about to wait for it: see
-// SockReader.SetBeforeWait. Without raw calls (TLS) it is never called.
-func (l *LazyReader) SetBeforeWait(fn func()) {
-	if l.sock != nil {
-		l.sock.SetBeforeWait(fn)
-	}
-}
+// SockReader.SetBeforeWait. Without raw calls (TLS), which cannot tell,
+// it is called before each read of the connection, Wait's too.
+func (l *LazyReader) SetBeforeWait(fn func()) { l.conn.SetBeforeWait(fn) }
 
 // Take gives the Reader a buffer without waiting for bytes.
 func (l *LazyReader) Take() {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 )
 
 // A parked lazyReader gives br every byte that came while it waited, in
@@ -76,5 +77,32 @@ func TestLazyReaderClosedWhileParked(t *testing.T) {
 	b.Close()
 	if err := <-done; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("read after close: %v, want net.ErrClosed", err)
+	}
+}
+
+// A LazyReader's before-wait hook is its socket's: on a connection without
+// raw calls it runs before each read, so that a reader part way through a
+// frame lets others go before it waits.
+func TestLazyReaderBeforeWaitWithoutRawCalls(t *testing.T) {
+	t.Parallel()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	b.SetReadDeadline(time.Now().Add(5 * time.Second)) // fails rather than hangs
+	var bufs ReadBuffers
+	sock := NewSockReader(b)
+	l := NewLazyReader(sock, sock, &bufs)
+	calls := make(chan struct{}, 2)
+	l.SetBeforeWait(func() { calls <- struct{}{} })
+	go func() {
+		a.Write([]byte("ab"))
+		<-calls // Wait's read
+		<-calls // the read of the rest, about to wait
+		a.Write([]byte("c"))
+	}()
+	l.Wait()
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(l.Reader(), buf); err != nil || string(buf) != "abc" {
+		t.Fatalf("read %q, %v", buf, err)
 	}
 }
