@@ -442,6 +442,86 @@ func TestHedgedHotReadFollowerNotReading(t *testing.T) {
 	h.end(t)
 }
 
+// A follower whose client leaves while its read waits on the leader's
+// hedged read is charged nothing: its read reached no node, and the time
+// it waited was the leader's. The leader and the other follower get the
+// answer once, and the session of the follower that left ends.
+func TestHedgedHotReadFollowerLeaves(t *testing.T) {
+	t.Parallel()
+	h := startHotHedged(t, "SELECT v FROM bench.kv WHERE k = 5", 0, func(cfg *config.Config) {
+		cfg.RequestUnits.PerMs = 1
+	})
+	units := h.units(t)
+	f, fs := h.followers[0], h.fs[0]
+	f.c.Close()
+	waitUntil(t, "the follower's session to end", func() bool {
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		_, ok := h.p.sessions[fs]
+		return !ok
+	})
+	h.c.release()
+	h.lead.wantResult(leadStream)
+	h.followers[1].wantResult(followerStreams[1])
+	h.b.release()
+	waitUntil(t, "no copies awaited", func() bool { return h.ls.leftoversNow() == 0 })
+	if got := h.units(t)[1] - units[1]; got != 0 {
+		t.Errorf("the follower that left was charged %v units for a read no node ran", got)
+	}
+	if got := h.units(t)[2] - units[2]; got != 0 {
+		t.Errorf("the other follower was charged %v units", got)
+	}
+	if got := h.units(t)[0] - units[0]; got < 1 {
+		t.Errorf("the leader was charged %v units, want at least 1", got)
+	}
+	h.lead.answered(readKV(leadStream, "bench.kv", 7), leadStream)
+	h.end(t)
+}
+
+// A follower whose own connection to its first node is lost while its
+// read waits on the leader's hedged read is answered with an error, and
+// charged nothing: its read reached no node. The leader and the other
+// follower get the answer once.
+func TestHedgedHotReadFollowerUpstreamLost(t *testing.T) {
+	t.Parallel()
+	h := startHotHedged(t, "SELECT v FROM bench.kv WHERE k = 5", 0, func(cfg *config.Config) {
+		cfg.RequestUnits.PerMs = 1
+	})
+	units := h.units(t)
+	f, fs := h.followers[0], h.fs[0]
+	h.up.dropConn(t, fs.up.conn.LocalAddr())
+	if stream, op, msg, err := f.nextOp(); err != nil || stream != followerStreams[0] || op != frame.OpError {
+		t.Fatalf("want an ERROR on stream %d, got %s %q on stream %d, %v", followerStreams[0], op, msg, stream, err)
+	}
+	h.c.release()
+	h.lead.wantResult(leadStream)
+	h.followers[1].wantResult(followerStreams[1])
+	h.b.release()
+	waitUntil(t, "no copies awaited", func() bool { return h.ls.leftoversNow() == 0 })
+	if got := h.units(t)[1] - units[1]; got != 0 {
+		t.Errorf("the follower whose node was lost was charged %v units for a read no node ran", got)
+	}
+	if got := h.units(t)[2] - units[2]; got != 0 {
+		t.Errorf("the other follower was charged %v units", got)
+	}
+	h.end(t)
+}
+
+// dropConn closes the node's end of its connection from addr, as a node
+// that loses one connection does.
+func (n *legNode) dropConn(t *testing.T, addr net.Addr) {
+	t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for c := range n.conns {
+		if c.c.RemoteAddr().String() == addr.String() {
+			c.c.Close()
+			return
+		}
+	}
+	t.Fatalf("the node has no connection from %s", addr)
+}
+
 // stopReading shrinks the socket buffers between the proxy and c, whose
 // session is s, so that answers c does not read soon wait in the proxy.
 func stopReading(t *testing.T, c *stubClient, s *session) {
