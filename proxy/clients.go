@@ -323,11 +323,20 @@ func (s *session) charge(req *request, f []byte, h frame.Header, now int64) {
 	s.chargeEnded(req, cc.sent(req), cc.answered(f, h, now-req.start), now)
 }
 
+// chargedUnanswered reports whether req, ending without an answer, has a
+// price to charge: a class or partitions, and it reached a node. A read
+// waiting on another connection's identical read (hot reads) reached none:
+// the time it waited is the other's, and it costs nothing unless it is
+// forwarded on its own.
+func chargedUnanswered(req *request) bool {
+	return req.joined == nil && (req.client != nil || req.nCharges > 0)
+}
+
 // chargeUnanswered charges requests that will get no answer from the
 // upstream (their connection ended) their time in flight until now.
 func (s *session) chargeUnanswered(reqs []request, now int64) {
 	for i := range reqs {
-		if r := &reqs[i]; r.client != nil || r.nCharges > 0 {
+		if r := &reqs[i]; chargedUnanswered(r) {
 			cc := r.set.clients
 			s.chargeEnded(r, cc.sent(r), cc.units.PerMs*float64(now-r.start)/1e6, now)
 		}

@@ -559,7 +559,7 @@ func (s *session) failInFlight(err error, u *upstream, only *upstream) {
 		if r.wrote.kind != wroteNone || r.flight != nil || r.joined != nil {
 			ended = append(ended, r)
 		}
-		if r.client != nil || r.nCharges > 0 {
+		if chargedUnanswered(&r) {
 			priced = append(priced, r)
 		}
 	}
@@ -614,7 +614,7 @@ func (s *session) takeUnanswered() (ended, priced []request) {
 			ended = append(ended, *r)
 			r.flight, r.wrote = nil, wrote{}
 		}
-		if r.client != nil || r.nCharges > 0 {
+		if chargedUnanswered(r) {
 			priced = append(priced, *r)
 			r.client, r.nCharges = nil, 0
 		}
