@@ -401,7 +401,9 @@ func (p *Proxy) serveConn(client net.Conn) {
 	s := newSession(p, client, upstream, log)
 	s.hotRNG = id
 	if p.shedding != nil {
-		s.up.node = p.shedding.node(addr)
+		// By the node's address, as routing judges the requests it
+		// sends there (upstream.at), not the name it was dialled by.
+		s.up.node = p.shedding.node(upstream.at)
 		s.rng = id*0x9e3779b97f4a7c15 | 1
 	}
 	p.mu.Lock()

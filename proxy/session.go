@@ -181,7 +181,10 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
 	if p.ring != nil {
 		// What routing ranks replicas by; without it, nothing reads it.
-		u.load = p.loads.of(u.addr)
+		// By the node's address, as the ring names it and as the
+		// session's other connections to it count: an upstream named
+		// by a host name is the same node.
+		u.load = p.loads.of(u.at)
 		p.shards.learn(u.at, u.sharding, u.sharded)
 	}
 	s := &session{

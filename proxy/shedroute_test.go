@@ -1,0 +1,206 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cqlguard/cqlguard/frame"
+	"github.com/cqlguard/cqlguard/shed"
+)
+
+// Tests of where shedding and routing meet: shedding judges the node a
+// request runs on, and learns each node's latency from the same answers
+// routing does.
+
+// shedRouted is a proxy that routes by a ring and sheds, on a clock of the
+// test's: a request's latency is how far the test moved the clock while
+// it was in flight, and the controllers move only when a test moves them
+// (update_every is an hour).
+type shedRouted struct {
+	p     *Proxy
+	addr  string
+	clock *atomic.Int64
+}
+
+// startShedRouted serves a proxy in front of ups that routes by ring, with
+// classes critical (tier 0) and batch (tier 5), and shedding on, then
+// extra's lines, until the test ends.
+func startShedRouted(t *testing.T, ups []string, ring Ring, extra string) *shedRouted {
+	t.Helper()
+	cfg := parseConfig(t, `listen: 127.0.0.1:0
+upstreams: [`+strings.Join(ups, ", ")+`]
+admin: {listen: ""}
+dial_timeout: 2s
+clients:
+  classes:
+    - {name: critical, tier: 0, match: {application_names: [critical]}}
+    - {name: batch, tier: 5, match: {application_names: [batch]}}
+shedding:
+  enabled: true
+  short_window: 100ms
+  long_window: 2s
+  min_samples: 1
+  update_every: 1h
+`+extra)
+	clock := new(atomic.Int64)
+	clock.Store(int64(time.Hour))
+	p, err := New(cfg, testLogger(), prometheus.NewRegistry(), WithSchema(staticSchema{legsSnapshot(t)}), WithRing(ring),
+		func(p *Proxy) { p.elapsed = clock.Load })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &shedRouted{p: p, addr: servedOn(t, p), clock: clock}
+}
+
+// advance moves the proxy's clock on by d.
+func (sr *shedRouted) advance(d time.Duration) { sr.clock.Add(int64(d)) }
+
+// overload has the controller of the node at addr, as the ring names it,
+// shed tier 5 entirely, as after a confirmed overload: it is fed a slow
+// reading on a timeline of its own, far past the proxy's clock, so that
+// nothing the proxy does moves it back.
+func (sr *shedRouted) overload(t *testing.T, addr string) {
+	t.Helper()
+	ctl := sr.p.shedding.node(addr).ctl
+	slow := shed.Reading{Ratio: 0.1, Short: time.Second, OK: true}
+	at := int64(1) << 60
+	for i := 0; ctl.Fraction(5) < 1; i++ {
+		if i > 1000 {
+			t.Fatalf("tier 5 is %v shed after %d updates", ctl.Fraction(5), i)
+		}
+		ctl.Update(at, slow, false)
+		at += int64(100 * time.Millisecond)
+	}
+	if f := ctl.Fraction(1); f > 1e-6 {
+		t.Fatalf("tier 1 is %v shed too", f)
+	}
+}
+
+// tokenRing places each partition whose token it lists on its nodes, and
+// every other on rest.
+type tokenRing struct {
+	nodes map[int64][]string
+	rest  []string
+}
+
+func (r tokenRing) Replicas(dst []string, keyspace string, token int64) []string {
+	if n, ok := r.nodes[token]; ok {
+		return append(dst, n...)
+	}
+	return append(dst, r.rest...)
+}
+
+// keyToken is the token of bench.kv's partition k.
+func keyToken(k int) int64 { return tokenOf(binary.BigEndian.AppendUint64(nil, uint64(k))) }
+
+// hostAddr is addr, an IP address and port, with localhost for its IP.
+func hostAddr(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("localhost", port)
+}
+
+// shedOrNot sends f on c and reports whether it was shed: answered
+// Overloaded naming node as the slow one. Any other error fails the test.
+func shedOrNot(t *testing.T, c *stubClient, f []byte, node string) bool {
+	t.Helper()
+	h, _ := frame.ParseHeader(f)
+	c.write(f)
+	stream, op, msg, err := c.nextOp()
+	switch {
+	case err != nil || stream != h.Stream:
+		t.Fatalf("answer on stream %d, %v; want stream %d", stream, err, h.Stream)
+	case op == frame.OpResult:
+		return false
+	case strings.HasPrefix(msg, fmt.Sprintf("%#x ", frame.ErrCodeOverloaded)) && strings.Contains(msg, "while the node "+node+" is slow"):
+		return true
+	}
+	t.Fatalf("answered %s %q on stream %d", op, msg, stream)
+	return false
+}
+
+// With three nodes, one of them slow, a request is shed only when the node
+// it runs on is the slow one: a request routed to a healthy replica is not
+// shed for its connection's first node being slow, nor for another node;
+// a request without a partition runs on its connection's first node and is
+// judged there. However the upstreams are named: by address, or by a host
+// name, where the ring names the same nodes by address.
+func TestShedJudgesTheNodeARequestRunsOn(t *testing.T) {
+	t.Parallel()
+	for _, named := range []string{"address", "host name"} {
+		t.Run(named, func(t *testing.T) {
+			t.Parallel()
+			a, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+			// Keys 1, 2 and 3 live on a, b and c alone.
+			ring := tokenRing{nodes: map[int64][]string{
+				keyToken(1): {a.addr()}, keyToken(2): {b.addr()}, keyToken(3): {c.addr()},
+			}}
+			ups := []string{a.addr(), b.addr()}
+			if named == "host name" {
+				ups = []string{hostAddr(t, a.addr()), hostAddr(t, b.addr())}
+			}
+			sr := startShedRouted(t, ups, ring, "")
+			// Connections spread over the upstreams: one begins with a,
+			// one with b.
+			first := map[string]*stubClient{}
+			var known []*session
+			for len(first) < 2 {
+				cl := dialApp(t, sr.addr, "batch")
+				s := newestSession(t, sr.p, known...)
+				known = append(known, s)
+				first[s.up.at] = cl
+			}
+			crit := dialApp(t, sr.addr, "critical")
+			slow := b.addr()
+			sr.overload(t, slow)
+			for _, tc := range []struct {
+				name  string
+				first string // the connection's first node
+				f     []byte
+				shed  bool
+			}{
+				{"first node slow, read routed to a healthy one", b.addr(), readKV(1, "bench.kv", 1), false},
+				{"first node slow, read routed to another healthy one", b.addr(), readKV(2, "bench.kv", 3), false},
+				{"first node slow, read routed to it", b.addr(), readKV(3, "bench.kv", 2), true},
+				{"first node slow, a scan there", b.addr(), stubQuery(4, "SELECT v FROM bench.kv"), true},
+				{"another node slow, read routed to the first", a.addr(), readKV(1, "bench.kv", 1), false},
+				{"another node slow, read routed to a third", a.addr(), readKV(2, "bench.kv", 3), false},
+				{"another node slow, read routed to it", a.addr(), readKV(3, "bench.kv", 2), true},
+				{"another node slow, a scan on the first", a.addr(), stubQuery(4, "SELECT v FROM bench.kv"), false},
+			} {
+				if got := shedOrNot(t, first[tc.first], tc.f, slow); got != tc.shed {
+					t.Errorf("%s: shed %v, want %v", tc.name, got, tc.shed)
+				}
+			}
+			if shedOrNot(t, crit, readKV(1, "bench.kv", 2), slow) {
+				t.Error("a tier 0 read shed")
+			}
+			// Routing and shedding know each node by one name, the ring's:
+			// what the connections' first nodes ran counts there too.
+			var names []string
+			for addr := range *sr.p.loads.m.Load() {
+				names = append(names, addr)
+			}
+			sr.p.shedding.mu.Lock()
+			for addr := range sr.p.shedding.nodes {
+				names = append(names, addr)
+			}
+			sr.p.shedding.mu.Unlock()
+			for _, addr := range names {
+				if addr != a.addr() && addr != b.addr() && addr != c.addr() {
+					t.Errorf("routing or shedding knows a node as %s", addr)
+				}
+			}
+		})
+	}
+}
