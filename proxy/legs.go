@@ -237,6 +237,7 @@ func (s *session) choose(replicas []string) (string, *nodeLoad) {
 // the session's keyspace, and starts the connection's response path.
 func (s *session) openLeg(addr string, shard int) (*upstream, error) {
 	p := s.p
+	s.readied = true
 	// The session closing gives up on the connection being opened too,
 	// rather than wait out its timeouts.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -494,6 +495,7 @@ func (s *session) preparedOn(u *upstream, h frame.Header, st *classify.Prepared)
 // st is the statement, whose id the node must answer with. The answer does
 // not reach the client.
 func (s *session) ask(u *upstream, f []byte, h frame.Header, st *classify.Prepared) verdict {
+	s.readied = true
 	if !s.p.inflight.TakeOr(1, &s.stopped, s.pushQuietly) {
 		return notAccepted
 	}

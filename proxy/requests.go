@@ -232,7 +232,15 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 		// is not done (drained) until it is answered.
 		s.routing.Store(true)
 		s.leftoverWait = true
+		s.readied = true
 		s.room.Wait()
+	}
+	if s.readied {
+		// What the request waited for since it was read (a connection
+		// opened, a statement prepared, a stream freed) is not the
+		// node's slowness in answering it.
+		s.readied = false
+		req.start = s.now()
 	}
 	if hedgeTo == u || hedgeTo != nil && hedgeTo.dead.Load() {
 		hedgeTo = nil

@@ -57,6 +57,12 @@ type session struct {
 	// (hedge.go), until the request is in the stream table: a draining
 	// session with nothing in flight meanwhile is not done (drained).
 	routing atomic.Bool
+	// readied is set once the request path waited for a node while making
+	// a connection ready for the request it forwards (openLeg, ask), or
+	// for its stream there to be free (hedge.go): the request's latency,
+	// which routing and shedding learn the node's from, then counts from
+	// when it is sent, not from when it was read. Request path only.
+	readied bool
 	// cancelOpen gives up on the connection openLeg is opening, if any.
 	// Guarded by mu.
 	cancelOpen context.CancelFunc

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cqlguard/cqlguard/frame"
 	"github.com/cqlguard/cqlguard/shed"
@@ -202,5 +203,105 @@ func TestShedJudgesTheNodeARequestRunsOn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// nodeLatency returns what routing and shedding learned of the latency
+// of the node at addr to tier: routing's peak-sensitive latency, and
+// shedding's short-term quantile of the tier (0 before any answer).
+func (sr *shedRouted) nodeLatency(addr string, tier int) (routing, shedding time.Duration) {
+	routing = time.Duration(sr.p.loads.of(addr).latency.Load())
+	if l := sr.p.shedding.node(addr).latency[tier].Load(); l != nil {
+		shedding, _, _ = l.Quantiles(sr.clock.Load())
+	}
+	return routing, shedding
+}
+
+// What the proxy waits for before it sends a routed request to its
+// replica, the connection there opened and logged in, the session's
+// keyspace taken there, the statement prepared there, is not the node's
+// latency in answering the request: neither routing nor shedding learns
+// it as such. (Each is a round trip or more to the node, and a login
+// with a password hash many: every new client connection's first
+// requests to each node, or a node's first after it returned, would
+// make it look slow.)
+func TestRoutedLatencyIsTheNodes(t *testing.T) {
+	t.Parallel()
+	const stmt = "SELECT v FROM bench.kv WHERE k = 7"
+	for _, tc := range []struct {
+		name string
+		// prepare readies the session for the request, and holds what
+		// the proxy will ask b before sending it; send sends it.
+		prepare func(t *testing.T, cl *stubClient, b *legNode) (send []byte)
+	}{
+		{"connection opened", func(t *testing.T, cl *stubClient, b *legNode) []byte {
+			b.set(func(n *legNode) { n.holdStartup = true })
+			return readKV(3, "bench.kv", 1)
+		}},
+		{"keyspace taken", func(t *testing.T, cl *stubClient, b *legNode) []byte {
+			cl.answered(readKV(1, "bench.kv", 1), 1) // opens the connection to b
+			cl.answered(stubQuery(2, "USE other"), 2)
+			b.set(func(n *legNode) { n.hold = "USE" })
+			return readKV(3, "kv", 1)
+		}},
+		{"statement prepared", func(t *testing.T, cl *stubClient, b *legNode) []byte {
+			cl.answered(readKV(1, "bench.kv", 1), 1)
+			id := cl.prepared(2, stmt)
+			b.set(func(n *legNode) { n.hold = "k = 7" })
+			return executeFrame(3, id)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := startLegNode(t), startLegNode(t)
+			sr := startShedRouted(t, []string{a.addr()}, fixedRing{b.addr()}, "")
+			cl := dialApp(t, sr.addr, "batch")
+			cl.write(tc.prepare(t, cl, b))
+			b.waitHeld(t, 1)
+			sr.advance(time.Second) // how long b takes to answer what the proxy asked
+			b.release()
+			cl.wantResult(3)
+			routing, shedding := sr.nodeLatency(b.addr(), 5)
+			if routing >= time.Second || shedding >= time.Second {
+				t.Errorf("b's latency %v to routing, %v to shedding; it answered the request at once", routing, shedding)
+			}
+		})
+	}
+}
+
+// A request that waits on the session's first connection for its stream
+// to be free there, a hedged read's other copy still awaited on it, is
+// timed from when it is sent: the node answered it at once.
+func TestLeftoverWaitIsNotTheNodes(t *testing.T) {
+	t.Parallel()
+	up, c := startLegNode(t), startLegNode(t)
+	sr := startShedRouted(t, []string{up.addr()}, listRing{up.addr(), c.addr()}, "routing: {hedge_after: 1ms}\n")
+	cl := dialApp(t, sr.addr, "batch")
+	prefer(sr.p, c.addr(), up.addr())
+	cl.answered(readKV(1, "bench.kv", 1), 1) // opens the connection to c
+	up.set(func(n *legNode) { n.hold = "k = 5" })
+	prefer(sr.p, up.addr(), c.addr())
+	cl.write(readKV(1, "bench.kv", 5))
+	up.waitHeld(t, 1)
+	sr.advance(10 * time.Millisecond) // past hedge_after: c answers the hedge
+	cl.wantResult(1)
+	cl.write(stubQuery(1, scan))
+	s := onlySession(t, sr.p)
+	waitUntil(t, "the scan waiting", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.leftoverWait
+	})
+	sr.advance(time.Second)
+	up.release()
+	cl.wantResult(1)
+	// The leftover's own second is up's, and routing's and shedding's
+	// to learn (hedge.go); the histogram has only the client's answers.
+	var d dto.Metric
+	if err := sr.p.metrics.upstreamLatency.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if sum := d.GetHistogram().GetSampleSum(); sum >= 0.5 {
+		t.Errorf("the client's answers timed at %v s in all; want about 0: the scan was answered at once", sum)
 	}
 }
