@@ -47,9 +47,11 @@ type hedgeState struct {
 }
 
 // leftover is a copy of a request that another answered first: its stream
-// on the connection, and when it was sent there.
+// on the connection, the tier whose latency its answer feeds (shedTier),
+// and when it was sent there.
 type leftover struct {
 	stream int16
+	tier   int8
 	start  int64
 }
 
@@ -212,10 +214,17 @@ func (s *session) leftoverAnswered(u *upstream, stream int16, timed bool) bool {
 		u.leftovers = nil
 	}
 	s.endOn(u)
-	if timed && u.load != nil {
-		// The slow node's answer, however late: routing learns from it.
+	if timed {
+		// The slow node's answer, however late: routing learns from it,
+		// and so does shedding, which would otherwise see only the
+		// answers a node gave before a hedge's, the fast ones.
 		now := s.now()
-		u.load.observe(now-o.start, now)
+		if u.load != nil {
+			u.load.observe(now-o.start, now)
+		}
+		if u.node != nil && o.tier >= 0 {
+			u.node.observe(int(o.tier), now, now-o.start)
+		}
 	}
 	if s.leftoverWait {
 		s.leftoverWait = false
@@ -247,13 +256,13 @@ func (s *session) hedgeWon(u *upstream, e *request) {
 	s.p.metrics.hedgesWon.Inc()
 }
 
-// addLeftover notes that the copy of the request on stream sent to u at
+// addLeftover notes that the copy of the request r on stream sent to u at
 // start, whose other copy was answered, is a leftover. s.mu is held.
-func (s *session) addLeftover(u *upstream, stream int16, start int64) {
+func (s *session) addLeftover(u *upstream, stream int16, r *request, start int64) {
 	if u.dead.Load() {
 		return
 	}
-	u.leftovers = append(u.leftovers, leftover{stream, start})
+	u.leftovers = append(u.leftovers, leftover{stream, shedTier(r), start})
 	u.leftoverCount.Add(1)
 }
 

@@ -656,7 +656,7 @@ func (s *session) endStream(id int16) (request, bool) {
 	}
 	if ok && r.hedge != nil {
 		// The other copy of a hedged read is still awaited there.
-		s.addLeftover(r.hedge, id, r.hedgeStart)
+		s.addLeftover(r.hedge, id, &r, r.hedgeStart)
 	}
 	return r, ok
 }

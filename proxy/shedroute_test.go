@@ -305,3 +305,43 @@ func TestLeftoverWaitIsNotTheNodes(t *testing.T) {
 		t.Errorf("the client's answers timed at %v s in all; want about 0: the scan was answered at once", sum)
 	}
 }
+
+// The copy of a hedged read answered second is its node's answer, however
+// late: shedding learns its latency as routing does, so that a node whose
+// slow answers are hedged away does not look to shedding as fast as the
+// answers it gave first.
+func TestLeftoverLatencyIsLearned(t *testing.T) {
+	t.Parallel()
+	for _, late := range []string{"first copy", "hedge"} {
+		t.Run(late, func(t *testing.T) {
+			t.Parallel()
+			up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+			sr := startShedRouted(t, []string{up.addr()}, listRing{b.addr(), c.addr()}, "routing: {hedge_after: 1ms}\n")
+			cl := dialApp(t, sr.addr, "batch")
+			warmLegs(t, sr.p, cl, b, c)
+			for _, n := range []*legNode{b, c} {
+				n.set(func(n *legNode) { n.hold = "k = 5" })
+			}
+			prefer(sr.p, b.addr(), c.addr())
+			cl.write(readKV(1, "bench.kv", 5))
+			b.waitHeld(t, 1)
+			sr.advance(10 * time.Millisecond) // past hedge_after: hedged to c
+			c.waitHeld(t, 1)
+			first, second := c, b
+			if late == "hedge" {
+				first, second = b, c
+			}
+			first.release()
+			cl.wantResult(1)
+			sr.advance(time.Second)
+			second.release()
+			s := onlySession(t, sr.p)
+			waitUntil(t, "the copy answered second", func() bool { return s.leftoversNow() == 0 })
+			routing, shedding := sr.nodeLatency(second.addr(), 5)
+			// Shedding's quantiles are within 1/64 of the latency.
+			if routing < 900*time.Millisecond || shedding < 900*time.Millisecond {
+				t.Errorf("the node that answered a copy a second late: latency %v to routing, %v to shedding; want both about 1s", routing, shedding)
+			}
+		})
+	}
+}

@@ -58,7 +58,16 @@ func (shedStage) admit(s *session, c *call) (outcome, bool) {
 }
 
 func (shedStage) answered(s *session, a *answer) {
-	if u := a.req.up; a.timed && u != nil && u.node != nil && a.req.client != nil {
-		u.node.observe(a.req.client.tier, a.now, a.now-a.req.start)
+	if u, t := a.req.up, shedTier(&a.req); a.timed && u != nil && u.node != nil && t >= 0 {
+		u.node.observe(int(t), a.now, a.now-a.req.start)
 	}
+}
+
+// shedTier is the tier whose latency the answer to r feeds, its class's;
+// -1 for none, for a request no class is charged (the system tables').
+func shedTier(r *request) int8 {
+	if r.client == nil {
+		return -1
+	}
+	return int8(min(max(r.client.tier, 0), shed.MaxTier))
 }
