@@ -345,3 +345,40 @@ func TestLeftoverLatencyIsLearned(t *testing.T) {
 		})
 	}
 }
+
+// A request whose chosen replica sheds its tier runs on another replica
+// that does not, rather than being shed: shedding refuses it only when
+// every replica that could run it is shedding its tier. Routing may well
+// choose the slow one: it tries a node again by its best latency once it
+// has not answered for half a second, and a request shed there reaches
+// it no more than it teaches routing anything, so that every request of
+// the tier would be chosen there, and shed, while another replica was
+// idle.
+func TestShedRoutesAroundASheddingReplica(t *testing.T) {
+	t.Parallel()
+	up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+	sr := startShedRouted(t, []string{up.addr()}, listRing{b.addr(), c.addr()}, "")
+	cl := dialApp(t, sr.addr, "batch")
+	warmLegs(t, sr.p, cl, b, c)
+	crit := dialApp(t, sr.addr, "critical")
+	sr.overload(t, b.addr())
+	prefer(sr.p, b.addr(), c.addr())
+	for k := 10; k < 15; k++ {
+		if shedOrNot(t, cl, readKV(int16(k), "bench.kv", k), b.addr()) {
+			t.Fatalf("read %d shed, though its replica c sheds nothing", k)
+		}
+		if q := fmt.Sprintf("SELECT v FROM bench.kv WHERE k = %d", k); !ranQuery(c, q) || ranQuery(b, q) {
+			t.Errorf("read %d did not run on c alone", k)
+		}
+	}
+	// A tier that is not shed goes where routing sends it.
+	crit.answered(readKV(1, "bench.kv", 20), 1)
+	if !ranQuery(b, "SELECT v FROM bench.kv WHERE k = 20") {
+		t.Error("a tier 0 read did not run on the replica routing chose")
+	}
+	// Both replicas shedding the tier: it is shed, by the one routing chose.
+	sr.overload(t, c.addr())
+	if !shedOrNot(t, cl, readKV(1, "bench.kv", 21), b.addr()) {
+		t.Error("a read of a tier both replicas shed was not shed")
+	}
+}
