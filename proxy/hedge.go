@@ -80,8 +80,8 @@ func (u *upstream) awaitsLeftover(stream int16) bool {
 
 // hedgeTarget returns the connection to hedge the read req (header h) to,
 // routed by r and sent on u, or nil for none: the session's connection,
-// other than its first, to the best other replica, ready for the read.
-// Request path only.
+// other than its first, to the best other replica, ready for the read,
+// whose node sheds none of the read's tier. Request path only.
 func (s *session) hedgeTarget(u *upstream, h frame.Header, req *request) *upstream {
 	ks := s.keyspace.Load()
 	var id []byte
@@ -92,6 +92,7 @@ func (s *session) hedgeTarget(u *upstream, h frame.Header, req *request) *upstre
 		id = req.prepared.ID()
 	}
 	now := s.now()
+	tier := shedTier(req)
 	var best *upstream
 	bestScore := 0.0
 	s.mu.Lock()
@@ -101,6 +102,10 @@ func (s *session) hedgeTarget(u *upstream, h frame.Header, req *request) *upstre
 		case v.at == u.at || v.dead.Load() || v.forget.Load() || v.load == nil:
 			continue
 		case !slices.Contains(s.replicas, v.at):
+			continue
+		case tier >= 0 && v.node != nil && v.node.ctl.Fraction(int(tier)) > 0:
+			// The copy would be a request of a tier its node is
+			// shedding.
 			continue
 		case len(v.leftovers) >= maxLeftovers || v.awaitsLeftover(h.Stream):
 			continue

@@ -382,3 +382,40 @@ func TestShedRoutesAroundASheddingReplica(t *testing.T) {
 		t.Error("a read of a tier both replicas shed was not shed")
 	}
 }
+
+// A read is not hedged to a replica that is shedding its tier: the copy
+// would be a request of that tier to that node, which shedding refuses.
+// A tier it does not shed is hedged there as before.
+func TestHedgeNotToASheddingReplica(t *testing.T) {
+	t.Parallel()
+	up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+	sr := startShedRouted(t, []string{up.addr()}, listRing{b.addr(), c.addr()}, "routing: {hedge_after: 1ms}\n")
+	var known []*session
+	for i, tc := range []struct {
+		app   string
+		hedge bool
+	}{{"batch", false}, {"critical", true}} {
+		cl := dialApp(t, sr.addr, tc.app)
+		s := newestSession(t, sr.p, known...)
+		known = append(known, s)
+		// Connections to both replicas, then b shedding tier 5 and c
+		// holding the read.
+		prefer(sr.p, b.addr(), c.addr())
+		cl.answered(readKV(1, "bench.kv", 1), 1)
+		prefer(sr.p, c.addr(), b.addr())
+		cl.answered(readKV(2, "bench.kv", 2), 2)
+		sr.overload(t, b.addr())
+		c.set(func(n *legNode) { n.hold = "k = 5" })
+		cl.write(readKV(3, "bench.kv", 5))
+		c.waitHeld(t, i+1)
+		s.mu.Lock()
+		r := s.streams.lookup(3)
+		hedgeTo := r != nil && r.hedgeTo != nil && r.hedgeTo.at == b.addr()
+		s.mu.Unlock()
+		if hedgeTo != tc.hedge {
+			t.Errorf("%s: read hedged to b, which sheds tier 5: %v, want %v", tc.app, hedgeTo, tc.hedge)
+		}
+		c.release()
+		cl.wantResult(3)
+	}
+}
