@@ -48,11 +48,12 @@ type hedgeState struct {
 
 // leftover is a copy of a request that another answered first: its stream
 // on the connection, the tier whose latency its answer feeds (shedTier),
-// and when it was sent there.
+// when it was sent there, and the request's request.waits.
 type leftover struct {
 	stream int16
 	tier   int8
 	start  int64
+	waits  uint64
 }
 
 // hedgeBurst is how many reads a session may hedge at once, however few it
@@ -205,9 +206,10 @@ func (s *session) hedge(stream int16, r *request, now int64) {
 }
 
 // leftoverAnswered takes the answer on stream from u as a leftover's, if one
-// is awaited there, and reports whether it was; timed says its latency is
-// the node's. s.mu is held.
-func (s *session) leftoverAnswered(u *upstream, stream int16, timed bool) bool {
+// is awaited there, and reports whether it was; timed says its latency may
+// be the node's, and waits are the session's clientWaits now. s.mu is
+// held.
+func (s *session) leftoverAnswered(u *upstream, stream int16, waits uint64, timed bool) bool {
 	i := slices.IndexFunc(u.leftovers, func(o leftover) bool { return o.stream == stream })
 	if i < 0 {
 		return false
@@ -219,7 +221,7 @@ func (s *session) leftoverAnswered(u *upstream, stream int16, timed bool) bool {
 		u.leftovers = nil
 	}
 	s.endOn(u)
-	if timed {
+	if timed && !clientHeld(o.waits, waits) {
 		// The slow node's answer, however late: routing learns from it,
 		// and so does shedding, which would otherwise see only the
 		// answers a node gave before a hedge's, the fast ones.
@@ -267,7 +269,7 @@ func (s *session) addLeftover(u *upstream, stream int16, r *request, start int64
 	if u.dead.Load() {
 		return
 	}
-	u.leftovers = append(u.leftovers, leftover{stream, shedTier(r), start})
+	u.leftovers = append(u.leftovers, leftover{stream, shedTier(r), start, r.waits})
 	u.leftoverCount.Add(1)
 }
 

@@ -120,7 +120,7 @@ func (s *session) answerTooLarge(u *upstream, h frame.Header, err error) {
 	s.log.Warn().Str("node", u.addr).Int("bytes", h.Length).Msg("response frame too large")
 	s.mu.Lock()
 	u.activity++
-	if len(u.leftovers) > 0 && s.leftoverAnswered(u, h.Stream, false) {
+	if len(u.leftovers) > 0 && s.leftoverAnswered(u, h.Stream, 0, false) {
 		s.mu.Unlock()
 		return
 	}
@@ -175,7 +175,8 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	s.mu.Lock()
 	u.activity++
 	comp := s.compression
-	if len(u.leftovers) > 0 && s.leftoverAnswered(u, h.Stream, t.timed(s.clientWaits.Load())) {
+	waits := s.clientWaits.Load()
+	if len(u.leftovers) > 0 && s.leftoverAnswered(u, h.Stream, waits, t.timed(waits)) {
 		// A hedged read's copy answered second (hedge.go).
 		s.mu.Unlock()
 		return false, nil
@@ -245,7 +246,8 @@ func (s *session) serveResponse(u *upstream, f []byte, h frame.Header, t *answer
 	}
 	if ok {
 		s.p.inflight.Give(1)
-		a.f, a.h, a.now, a.timed = f, h, s.now(), t.timed(s.clientWaits.Load())
+		a.f, a.h, a.now = f, h, s.now()
+		a.timed = t.timed(waits) && !clientHeld(req.waits, waits)
 		if a.timed && u.load != nil {
 			u.load.observe(a.now-req.start, a.now)
 		}

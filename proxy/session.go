@@ -172,7 +172,8 @@ type session struct {
 	// way in its low 32. While one is under way the connection leads and
 	// joins no hot read, and an answer the response path read since one
 	// began may have waited on the client in the upstream's socket, and is
-	// not timed as the node's (see untimed).
+	// not timed as the node's (see untimed), nor is an answer to a request
+	// in flight while one began (clientHeld).
 	clientWaits atomic.Uint64
 	// queuedSince is when a request of the current read from the client
 	// began to wait for max_in_flight, 0 if none did: the requests read
@@ -684,8 +685,18 @@ func (s *session) uncount(u *upstream) {
 // sentOn records that the request r is sent on u. s.mu is held.
 func (s *session) sentOn(r *request, u *upstream) {
 	r.up = u
+	r.waits = s.clientWaits.Load()
 	s.countOn(u)
 }
+
+// clientHeld reports whether a request sent with the session's
+// clientWaits at sent and answered with them at now may have been held up
+// by its client: a write to the client waited between the two, or was
+// under way. Its answer may have waited in the node's socket, and so may
+// the requests the node read after it, behind answers the node could not
+// send: however soon the response path next finds the socket empty, their
+// time is not the node's latency.
+func clientHeld(sent, now uint64) bool { return sent != now || uint32(now) != 0 }
 
 // countOn counts one more request in flight on u, and in its node's load.
 // s.mu is held.

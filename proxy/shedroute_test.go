@@ -419,3 +419,58 @@ func TestHedgeNotToASheddingReplica(t *testing.T) {
 		cl.wantResult(3)
 	}
 }
+
+// A client that stops reading its answers, its reads spread over two
+// replicas, makes neither look slow: the answers that waited in the
+// replicas' sockets for it are not timed as the nodes' latency, by routing
+// nor by shedding, so that its neighbours of its tier are not shed for it;
+// nor are the answers to the requests in flight meanwhile that the node
+// sends only once the client reads again (a node answers in turn, and
+// waits for room in its socket as the proxy does: here, one it holds until
+// then), however soon the response path has caught up by then.
+func TestNotReadingIsNotTheReplicasSlowing(t *testing.T) {
+	t.Parallel()
+	up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+	for _, n := range []*legNode{b, c} {
+		n.set(func(n *legNode) { n.bigResult = 256 << 10 })
+	}
+	b.set(func(n *legNode) { n.hold = "held" })
+	sr := startShedRouted(t, []string{up.addr()}, splitRing{b.addr(), c.addr()}, "max_buffered_bytes: 1048576\n")
+	cl := dialApp(t, sr.addr, "batch")
+	s := onlySession(t, sr.p)
+	const reads = 64 // 16 MiB of answers
+	pipeline := stubQuery(reads, fmt.Sprintf("SELECT big FROM bench.kv WHERE k = %d -- held", keyOn(true)))
+	for i := range reads - 1 {
+		pipeline = append(pipeline, stubQuery(int16(1+i), fmt.Sprintf("SELECT big FROM bench.kv WHERE k = %d", i))...)
+	}
+	cl.write(pipeline)
+	b.waitHeld(t, 1)
+	waitUntil(t, "the client's answers waiting for it", func() bool { return s.clientWaits.Load() > 0 })
+	sr.advance(time.Second) // how long the client holds its answers
+	for range reads - 1 {
+		if _, h, err := cl.r.Next(); err != nil || h.Opcode != frame.OpResult {
+			t.Fatalf("answer %s, %v", h.Opcode, err)
+		}
+	}
+	waitUntil(t, "both replicas' answers read", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, u := range s.legs {
+			if !u.waiting.Load() {
+				return false
+			}
+		}
+		return len(s.legs) == 2
+	})
+	b.release()
+	cl.wantResult(reads)
+	for _, n := range []*legNode{b, c} {
+		if _, ran := n.count(); len(ran) == 0 {
+			t.Fatalf("node %s ran no read", n.addr())
+		}
+		routing, shedding := sr.nodeLatency(n.addr(), 5)
+		if routing >= 500*time.Millisecond || shedding >= 500*time.Millisecond {
+			t.Errorf("node %s: latency %v to routing, %v to shedding, after a client held its answers for 1 s", n.addr(), routing, shedding)
+		}
+	}
+}

@@ -27,6 +27,10 @@ const (
 // request is what the proxy remembers of a request until its response.
 type request struct {
 	start int64 // monotonic nanoseconds when it was forwarded
+	// waits is the session's clientWaits when it was sent: its answer is
+	// timed as the node's latency only if no write to the client waited
+	// meanwhile (clientHeld).
+	waits uint64
 	// set are the settings the request is decided and charged under,
 	// loaded with its frame.
 	set   *settings
