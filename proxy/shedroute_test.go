@@ -474,3 +474,100 @@ func TestNotReadingIsNotTheReplicasSlowing(t *testing.T) {
 		}
 	}
 }
+
+// A replica lost while it sheds a tier: the requests routed elsewhere
+// meanwhile are judged there, and not shed; once it is back, its shedding
+// is where it was (it falls only as its controller's updates say), the
+// tier it sheds goes on running on the other replica, and its connections
+// opened again, a slow login included, do not make it look slow.
+func TestShedReplicaLostAndBack(t *testing.T) {
+	t.Parallel()
+	up, b, c := startLegNode(t), startLegNode(t), startLegNode(t)
+	sr := startShedRouted(t, []string{up.addr()}, listRing{b.addr(), c.addr()}, "")
+	cl := dialApp(t, sr.addr, "batch")
+	warmLegs(t, sr.p, cl, b, c)
+	s := onlySession(t, sr.p)
+	crit := dialApp(t, sr.addr, "critical")
+	sr.overload(t, b.addr())
+	before := sr.p.shedding.node(b.addr()).ctl.Pressure()
+
+	b.drop()
+	waitUntil(t, "b lost", func() bool { return s.legsNow() == 1 })
+	prefer(sr.p, b.addr(), c.addr())
+	for k := 10; k < 13; k++ {
+		crit.answered(readKV(int16(k), "bench.kv", k), int16(k))
+		if shedOrNot(t, cl, readKV(int16(k), "bench.kv", k), b.addr()) {
+			t.Errorf("read %d shed while b, which sheds its tier, was lost", k)
+		}
+		if q := fmt.Sprintf("SELECT v FROM bench.kv WHERE k = %d", k); ranQuery(b, q) || !ranQuery(c, q) {
+			t.Errorf("read %d did not run on c alone", k)
+		}
+	}
+
+	// Back, after the time a node that could not be reached is avoided:
+	// a tier 0 read opens a connection to it again, whose login takes a
+	// second.
+	sr.advance(time.Duration(nodeRetry) + time.Millisecond)
+	prefer(sr.p, b.addr(), c.addr())
+	b.set(func(n *legNode) { n.holdStartup = true })
+	crit.write(readKV(1, "bench.kv", 20))
+	b.waitHeld(t, 1)
+	sr.advance(time.Second)
+	b.release()
+	crit.wantResult(1)
+	if !ranQuery(b, "SELECT v FROM bench.kv WHERE k = 20") {
+		t.Fatal("the tier 0 read did not run on b once it was back")
+	}
+	if routing, shedding := sr.nodeLatency(b.addr(), 0); routing >= time.Second || shedding >= time.Second {
+		t.Errorf("b back: latency %v to routing, %v to shedding; it answered at once", routing, shedding)
+	}
+	if p := sr.p.shedding.node(b.addr()).ctl.Pressure(); p != before {
+		t.Errorf("b's shedding pressure %v once back, %v before it was lost", p, before)
+	}
+	if shedOrNot(t, cl, readKV(2, "bench.kv", 21), b.addr()) || !ranQuery(c, "SELECT v FROM bench.kv WHERE k = 21") {
+		t.Error("a batch read did not run on c while b, back, sheds its tier")
+	}
+}
+
+// Hot reads served from the cache, or by joining an identical read in
+// flight, never reached a node: they teach neither routing nor shedding
+// anything of its latency. A slow node whose answers many reads share does
+// not look to either as fast as the reads served meanwhile.
+func TestHotReadsAreNotTheNodes(t *testing.T) {
+	t.Parallel()
+	up, b := startLegNode(t), startLegNode(t)
+	sr := startShedRouted(t, []string{up.addr()}, fixedRing{b.addr()}, `hot_reads:
+  max_wait: 1m
+  keyspaces:
+    bench:
+      tables:
+        kv: {coalesce: true, cache_ttl: 10s, hot_rate: 0}
+`)
+	served := func(outcome string) float64 {
+		return metricValue(t, sr.p.hotReads.served.WithLabelValues("bench", "kv", outcome))
+	}
+	lead, follow := dialApp(t, sr.addr, "batch"), dialApp(t, sr.addr, "batch")
+	b.set(func(n *legNode) { n.hold = "k = 5" })
+	lead.write(readKV(1, "bench.kv", 5))
+	b.waitHeld(t, 1)
+	follow.write(readKV(1, "bench.kv", 5))
+	waitUntil(t, "the second read joined the first", func() bool { return served("coalesced") == 1 })
+	sr.advance(time.Second) // how long b takes to answer
+	b.release()
+	lead.wantResult(1)
+	follow.wantResult(1)
+	for i := range 20 {
+		follow.answered(readKV(int16(2+i), "bench.kv", 5), int16(2+i))
+	}
+	if n := served("cached"); n != 20 {
+		t.Fatalf("%v reads served from the cache, want 20", n)
+	}
+	if _, ran := b.count(); len(ran) != 1 {
+		t.Fatalf("b ran %d reads, want 1", len(ran))
+	}
+	// One answer of b's, a second late: a quantile over it and twenty-one
+	// reads served at once would be theirs.
+	if routing, shedding := sr.nodeLatency(b.addr(), 5); routing < 900*time.Millisecond || shedding < 900*time.Millisecond {
+		t.Errorf("b answered its one read a second late: latency %v to routing, %v to shedding", routing, shedding)
+	}
+}
