@@ -204,6 +204,7 @@ func TestRequestsBeforeALargeFrameForwarded(t *testing.T) {
 		compressed bool
 	}{
 		{"large frame", false},
+		{"large compressed body", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -371,10 +371,10 @@ func (s *session) push() error {
 
 // kickWritten starts the flush loops of the writers the request path has
 // queued to since it last pushed, and returns at once: for the request
-// path about to wait part way through a frame, from inside the client's
-// read, where it must not block. The requests and answers of the frames
-// before go meanwhile; push, once the frame is whole, finds them written
-// or being written.
+// path about to wait part way through a frame (from inside the client's
+// read, where it must not block), or for room in max_frame_bytes_total.
+// The requests and answers of the frames before go meanwhile; push, once
+// the path goes on, finds them written or being written.
 func (s *session) kickWritten() {
 	s.toClient.Kick()
 	s.up.to.Kick()
@@ -505,7 +505,9 @@ func (s *session) decompress(body []byte, n int) ([]byte, error) {
 		}
 		s.giveDecompressed()
 		share := max(size, n)
-		if !s.p.requestFrames.Take(int64(share), &s.stopped) {
+		// The requests read before this one do not wait for room for it
+		// (kickWritten).
+		if !s.p.requestFrames.TakeOr(int64(share), &s.stopped, s.kickQueued) {
 			return nil, errSessionClosed
 		}
 		s.decompHeld = share
