@@ -253,6 +253,9 @@ func (s *session) openLeg(addr string, shard int) (*upstream, error) {
 	if halted {
 		return nil, net.ErrClosed
 	}
+	// The requests read before this one do not wait, up to dial_timeout,
+	// for the node to be dialled and logged in to.
+	s.kickWritten()
 	timeout := time.Duration(p.cfg.DialTimeout)
 	tlsConf := forUpstream(p.settings.Load().upstreamTLS, addr)
 	var u *upstream

@@ -697,6 +697,37 @@ func TestLegsDrainAnswersLastRequest(t *testing.T) {
 	}
 }
 
+// The requests read before one routed to a node the session has no
+// connection to yet are answered while that node is dialled and logged in
+// to, rather than wait up to dial_timeout with it.
+func TestRequestsBeforeALegOpensForwarded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		hold func(n *legNode)
+	}{
+		{"dialling", func(n *legNode) { n.holdOptions = true }},
+		{"logging in", func(n *legNode) { n.holdStartup = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up, leg := startLegNode(t), startLegNode(t)
+			leg.set(tt.hold)
+			_, addr, _ := startLegsProxy(t, up.addr(), splitRing{low: up.addr(), high: leg.addr()}, func(c *config.Config) {
+				c.DialTimeout = config.Duration(time.Minute)
+			})
+			c := dialStub(t, addr)
+			c.write(append(readKV(1, "bench.kv", keyOn(true)), readKV(2, "bench.kv", keyOn(false))...))
+			c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.wantResult(1)
+			leg.waitHeld(t, 1)
+			leg.release()
+			c.wantResult(2)
+		})
+	}
+}
+
 // A session closed while it opens a connection to another node (Shutdown
 // past its deadline) gives up on it at once, rather than wait out
 // dial_timeout for a node that does not answer.

@@ -372,9 +372,10 @@ func (s *session) push() error {
 // kickWritten starts the flush loops of the writers the request path has
 // queued to since it last pushed, and returns at once: for the request
 // path about to wait part way through a frame (from inside the client's
-// read, where it must not block), or for room in max_frame_bytes_total.
-// The requests and answers of the frames before go meanwhile; push, once
-// the path goes on, finds them written or being written.
+// read, where it must not block), for room in max_frame_bytes_total, or
+// for a node to be dialled. The requests and answers of the frames before
+// go meanwhile; push, once the path goes on, finds them written or being
+// written.
 func (s *session) kickWritten() {
 	s.toClient.Kick()
 	s.up.to.Kick()
