@@ -349,6 +349,7 @@ func (s *session) attach(u *upstream) {
 	p := s.p
 	u.from = frame.NewReader(u.in.Reader(), int(p.cfg.MaxFrameBytes))
 	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
+	u.to.SetStall(s.upstreamStall)
 	u.from.SetBudget(frameBudget{s, p.responseFrames, nil, u})
 	u.load = p.loads.of(u.addr)
 	if p.shedding != nil {

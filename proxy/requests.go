@@ -384,6 +384,21 @@ func (s *session) kickWritten() {
 	}
 }
 
+// upstreamStall is the stall hook of the writers to the session's nodes:
+// a write that waits for one node to read, whichever goroutine makes it
+// (the request path's Write or push, a flush loop), starts the flush
+// loops of the client's writer and of the other nodes', so that what was
+// queued for them does not wait with it.
+func (s *session) upstreamStall(waiting bool) {
+	if !waiting {
+		return
+	}
+	s.toClient.Kick()
+	for _, u := range *s.conns.Load() {
+		u.to.Kick()
+	}
+}
+
 // wrote notes that the request path queued a request on u, which push
 // writes.
 func (s *session) wrote(u *upstream) {
