@@ -75,7 +75,7 @@ func TestRequestsBeforeAPartialFrameForwarded(t *testing.T) {
 
 // servedOverTLS returns an edit that has a proxy serve clients over TLS, and a
 // dial of such a proxy.
-func servedOverTLS(t *testing.T) (func(*config.Config), func(addr string) net.Conn) {
+func servedOverTLS(t testing.TB) (func(*config.Config), func(addr string) net.Conn) {
 	t.Helper()
 	ca := newTestCA(t)
 	dir := t.TempDir()
