@@ -145,7 +145,12 @@ type badClient struct {
 // protocol v with opts.
 func dialBad(t *testing.T, addr string, v uint8, opts map[string]string) *badClient {
 	t.Helper()
-	c := rawConn(t, addr)
+	return badOn(t, rawConn(t, addr), v, opts)
+}
+
+// badOn is dialBad on a connection the test has opened.
+func badOn(t *testing.T, c net.Conn, v uint8, opts map[string]string) *badClient {
+	t.Helper()
 	c.SetDeadline(time.Now().Add(3 * time.Second))
 	br := bufio.NewReader(c)
 	bc := &badClient{t: t, c: c, br: br, r: frame.NewReader(br, 1<<20)}

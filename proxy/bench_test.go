@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"net"
+	"path/filepath"
+	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +29,11 @@ func echoUpstream(b *testing.B, addr string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return echoOn(b, ln)
+}
+
+// echoOn is echoUpstream on ln.
+func echoOn(b *testing.B, ln net.Listener) string {
 	b.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -123,6 +131,79 @@ func BenchmarkForwardExecute(b *testing.B) {
 			pipelineVersion(b, addr, bc.version, bc.lz4, frame.OpExecute, bc.body)
 		})
 	}
+}
+
+// BenchmarkForwardQueryTLS pipelines QUERY requests through the proxy to
+// the node, 128 in flight as BenchmarkForwardExecute's, with the client,
+// the node or both over TLS. It also reports the goroutines the process
+// starts per request: a read that may wait part way through a burst starts
+// the flush loops of what was queued before it (the request path's
+// kickWritten, the response path's kickClient), which over TLS must be a
+// read of the socket under it, not any read of the connection.
+func BenchmarkForwardQueryTLS(b *testing.B) {
+	for _, bc := range []struct {
+		name             string
+		client, upstream bool
+	}{
+		{"client", true, false},
+		{"upstream", false, true},
+		{"both", true, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Listen, cfg.Admin.Listen = "127.0.0.1:0", ""
+			up := ""
+			if bc.upstream {
+				ca := newTestCA(b)
+				pair, err := tls.X509KeyPair(ca.issue(b, "node", 5))
+				if err != nil {
+					b.Fatal(err)
+				}
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				up = echoOn(b, tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{pair}}))
+				caFile := filepath.Join(b.TempDir(), "ca.pem")
+				writeFile(b, caFile, ca.pem)
+				cfg.UpstreamTLS = config.UpstreamTLSConfig{Enabled: true, CAFile: caFile}
+			} else {
+				up = echoUpstream(b, "127.0.0.1:0")
+			}
+			cfg.Upstreams = []string{up}
+			dial := func(addr string) net.Conn {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { c.Close() })
+				return c
+			}
+			if bc.client {
+				var edit func(*config.Config)
+				edit, dial = servedOverTLS(b)
+				edit(&cfg)
+			}
+			c := dial(startBenchProxy(b, cfg))
+			c.Write(append(frame.AppendHeader(nil, frame.Header{Version: 4, Opcode: frame.OpStartup, Length: 2}), 0, 0))
+			r := frame.NewReader(bufio.NewReaderSize(c, 64<<10), 1<<20)
+			if _, h, err := r.Next(); err != nil || h.Opcode != frame.OpReady {
+				b.Fatalf("STARTUP: %v %v", h.Opcode, err)
+			}
+			query := "SELECT v FROM ks.t"
+			body := append(binary.BigEndian.AppendUint32(nil, uint32(len(query))), query...)
+			created := goroutinesCreated()
+			runPipeline(b, c, r, nil, 4, frame.OpQuery, append(body, 0, 1, 0)) // ONE, no flags
+			b.ReportMetric(float64(goroutinesCreated()-created)/float64(b.N), "goroutines/op")
+		})
+	}
+}
+
+// goroutinesCreated returns how many goroutines the process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // pipeline sends v4 requests of opcode op with body to the proxy at addr,

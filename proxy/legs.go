@@ -254,6 +254,9 @@ func (s *session) openLeg(addr string, shard int) (*upstream, error) {
 	if halted {
 		return nil, net.ErrClosed
 	}
+	// The requests read before this one do not wait, up to dial_timeout,
+	// for the node to be dialled and logged in to.
+	s.kickWritten()
 	timeout := time.Duration(p.cfg.DialTimeout)
 	tlsConf := forUpstream(p.settings.Load().upstreamTLS, addr)
 	var u *upstream
@@ -347,6 +350,7 @@ func (s *session) attach(u *upstream) {
 	p := s.p
 	u.from = frame.NewReader(u.in.Reader(), int(p.cfg.MaxFrameBytes))
 	u.to = transport.NewWriter(u.conn, int(p.cfg.MaxBufferedBytes), p.buffered)
+	u.to.SetStall(s.upstreamStall)
 	u.from.SetBudget(frameBudget{s, p.responseFrames, nil, u})
 	u.load = p.loads.of(u.addr)
 	if p.shedding != nil {

@@ -697,6 +697,129 @@ func TestLegsDrainAnswersLastRequest(t *testing.T) {
 	}
 }
 
+// The requests read before one routed to a node the session has no
+// connection to yet are answered while that node is dialled and logged in
+// to, rather than wait up to dial_timeout with it.
+func TestRequestsBeforeALegOpensForwarded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		hold func(n *legNode)
+	}{
+		{"dialling", func(n *legNode) { n.holdOptions = true }},
+		{"logging in", func(n *legNode) { n.holdStartup = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			up, leg := startLegNode(t), startLegNode(t)
+			leg.set(tt.hold)
+			_, addr, _ := startLegsProxy(t, up.addr(), splitRing{low: up.addr(), high: leg.addr()}, func(c *config.Config) {
+				c.DialTimeout = config.Duration(time.Minute)
+			})
+			c := dialStub(t, addr)
+			c.write(append(readKV(1, "bench.kv", keyOn(true)), readKV(2, "bench.kv", keyOn(false))...))
+			c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.wantResult(1)
+			leg.waitHeld(t, 1)
+			leg.release()
+			c.wantResult(2)
+		})
+	}
+}
+
+// A node that stops reading holds back only what is sent to it: the
+// request read before one that waits for room in the node's writer, or
+// queued while that writer waits for room in its socket, reaches the
+// first node meanwhile, rather than wait with it up to upstream_timeout.
+func TestRequestsBeforeADeafNodeForwarded(t *testing.T) {
+	t.Parallel()
+	up, deaf := startLegNode(t), startDeafNode(t)
+	p, addr, _ := startLegsProxy(t, up.addr(), splitRing{low: up.addr(), high: deaf.addr()}, func(c *config.Config) {
+		c.MaxBufferedBytes = 64 << 10
+		c.UpstreamTimeout = config.Duration(time.Minute)
+	})
+	// Its connections lost, the session's requests on it are answered
+	// and the proxy drains.
+	t.Cleanup(deaf.drop)
+	c := dialStub(t, addr)
+	c.c.SetDeadline(time.Now().Add(time.Minute))
+	c.answered(readKV(1, "bench.kv", keyOn(false)), 1) // the deaf node's connection opened
+	s := onlySession(t, p)
+	c.write(stubQuery(2, fmt.Sprintf("SELECT v FROM bench.kv WHERE k = %d AND deaf = 1", keyOn(false))))
+	large := func(stream int16) []byte {
+		return stubQuery(stream, fmt.Sprintf("SELECT v FROM bench.kv WHERE k = %d AND p = '%s'", keyOn(false), strings.Repeat("p", 60<<10)))
+	}
+	// Rounds of a request for the first node between two of 60 KiB for
+	// the deaf one, until the deaf node's writer is stuck.
+	for i := range int16(200) {
+		c.write(slices.Concat(large(100+2*i), readKV(1000+i, "bench.kv", keyOn(true)), large(101+2*i)))
+		c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.wantResult(1000 + i)
+		s.mu.Lock()
+		w := s.legs[0].to
+		s.mu.Unlock()
+		// A writer that can write empties at once; a stuck one holds
+		// what it is writing.
+		stuck := true
+		for deadline := time.Now().Add(200 * time.Millisecond); stuck && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			stuck = w.Held() > 0
+		}
+		if stuck {
+			t.Logf("stuck at round %d", i)
+			return
+		}
+	}
+	t.Fatal("the deaf node's writer never filled")
+}
+
+// deafNode is a node that answers until it reads a QUERY whose text
+// contains "deaf", and then reads nothing more on that connection.
+type deafNode struct {
+	ln   net.Listener
+	stop chan struct{}
+}
+
+func startDeafNode(t *testing.T) *deafNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &deafNode{ln: ln, stop: make(chan struct{})}
+	acceptEach(t, ln, func(_ *connTracker, c net.Conn) {
+		defer c.Close()
+		r := frame.NewReader(bufio.NewReader(c), 1<<20)
+		for {
+			f, h, err := r.Next()
+			if err != nil {
+				return
+			}
+			if q, _ := frame.QueryString(f[frame.HeaderSize:]); bytes.Contains(q, []byte("deaf")) {
+				<-n.stop
+				return
+			}
+			op, body := frame.OpResult, []byte{0, 0, 0, frame.ResultKindVoid}
+			switch h.Opcode {
+			case frame.OpOptions:
+				op, body = frame.OpSupported, []byte{0, 0}
+			case frame.OpStartup:
+				op, body = frame.OpReady, nil
+			}
+			c.Write(append(frame.AppendHeader(nil, frame.Header{Version: h.Version, Response: true, Stream: h.Stream, Opcode: op, Length: len(body)}), body...))
+		}
+	})
+	return n
+}
+
+func (n *deafNode) addr() string { return n.ln.Addr().String() }
+
+// drop closes the node's connections, which then read and answer nothing.
+func (n *deafNode) drop() {
+	close(n.stop)
+	n.ln.Close()
+}
+
 // A session closed while it opens a connection to another node (Shutdown
 // past its deadline) gives up on it at once, rather than wait out
 // dial_timeout for a node that does not answer.

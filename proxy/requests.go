@@ -379,14 +379,30 @@ func (s *session) push() error {
 
 // kickWritten starts the flush loops of the writers the request path has
 // queued to since it last pushed, and returns at once: for the request
-// path about to wait part way through a frame, from inside the client's
-// read, where it must not block. The requests and answers of the frames
-// before go meanwhile; push, once the frame is whole, finds them written
-// or being written.
+// path about to wait part way through a frame (from inside the client's
+// read, where it must not block), for room in max_frame_bytes_total, or
+// for a node to be dialled. The requests and answers of the frames before
+// go meanwhile; push, once the path goes on, finds them written or being
+// written.
 func (s *session) kickWritten() {
 	s.toClient.Kick()
 	s.up.to.Kick()
 	for _, u := range s.written {
+		u.to.Kick()
+	}
+}
+
+// upstreamStall is the stall hook of the writers to the session's nodes:
+// a write that waits for one node to read, whichever goroutine makes it
+// (the request path's Write or push, a flush loop), starts the flush
+// loops of the client's writer and of the other nodes', so that what was
+// queued for them does not wait with it.
+func (s *session) upstreamStall(waiting bool) {
+	if !waiting {
+		return
+	}
+	s.toClient.Kick()
+	for _, u := range *s.conns.Load() {
 		u.to.Kick()
 	}
 }
@@ -513,7 +529,9 @@ func (s *session) decompress(body []byte, n int) ([]byte, error) {
 		}
 		s.giveDecompressed()
 		share := max(size, n)
-		if !s.p.requestFrames.Take(int64(share), &s.stopped) {
+		// The requests read before this one do not wait for room for it
+		// (kickWritten).
+		if !s.p.requestFrames.TakeOr(int64(share), &s.stopped, s.kickQueued) {
 			return nil, errSessionClosed
 		}
 		s.decompHeld = share

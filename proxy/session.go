@@ -211,6 +211,7 @@ func newSession(p *Proxy, client net.Conn, u *upstream, log zerolog.Logger) *ses
 	// Part way through a frame, the frames before it do not wait for
 	// the rest of it.
 	guard.in.SetBeforeWait(s.kickQueued)
+	u.to.SetStall(s.upstreamStall)
 	s.setConns()
 	guard.frames = s.fromClient
 	s.guard = guard

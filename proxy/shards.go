@@ -178,12 +178,7 @@ func dialShard(ctx context.Context, addr string, sh ring.Sharding, shard int, ti
 	var c net.Conn
 	for i := range ports {
 		local := &net.TCPAddr{Port: lowest + (start+i)%ports*n}
-		d := &net.Dialer{Deadline: deadline, LocalAddr: local}
-		if tlsConf != nil {
-			c, err = (&tls.Dialer{NetDialer: d, Config: tlsConf}).DialContext(ctx, "tcp", to)
-		} else {
-			c, err = d.DialContext(ctx, "tcp", to)
-		}
+		c, err = dialNode(ctx, &net.Dialer{Deadline: deadline, LocalAddr: local}, to, tlsConf)
 		if err == nil || !(errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 			break
 		}

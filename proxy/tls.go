@@ -60,6 +60,46 @@ func (p *Proxy) serverTLS(client net.Conn) net.Conn {
 	return client
 }
 
+// dialNode dials the node at addr with d, over TLS with conf when it is
+// not nil, as tls.Dialer does (the handshake within d's timeout and
+// deadline, the server name addr's host unless conf names one), but with
+// the socket under TLS read and written as a plain connection's are
+// (transport.TLSClient): the response path's before-wait hook then runs
+// only when the socket is empty, not before every read.
+func dialNode(ctx context.Context, d *net.Dialer, addr string, conf *tls.Config) (net.Conn, error) {
+	if conf == nil {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	if d.Timeout != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	if !d.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Deadline)
+		defer cancel()
+	}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if conf.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		conf = conf.Clone()
+		conf.ServerName = host
+	}
+	tc := transport.TLSClient(c, conf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
 // tlsForUpstreams reads c's files and returns the TLS configuration for
 // dialing the nodes, nil when TLS is off.
 func tlsForUpstreams(c config.UpstreamTLSConfig) (*tls.Config, error) {

@@ -90,14 +90,7 @@ type upstream struct {
 // that speaks v4 or v5 accepts before STARTUP. It gives up once ctx is
 // done.
 func dialUpstream(ctx context.Context, addr string, timeout time.Duration, tlsConf *tls.Config, bufs *transport.ReadBuffers) (*upstream, error) {
-	d := &net.Dialer{Timeout: timeout}
-	var c net.Conn
-	var err error
-	if tlsConf != nil {
-		c, err = (&tls.Dialer{NetDialer: d, Config: tlsConf}).DialContext(ctx, "tcp", addr)
-	} else {
-		c, err = d.DialContext(ctx, "tcp", addr)
-	}
+	c, err := dialNode(ctx, &net.Dialer{Timeout: timeout}, addr, tlsConf)
 	if err != nil {
 		return nil, fmt.Errorf("dialing upstream %s: %w", addr, err)
 	}

@@ -86,8 +86,8 @@ func (l *LazyReader) Unread() (int, bool) {
 
 // SetBeforeWait has fn called when the Reader, part way through what it
 // reads, finds the connection empty and is about to wait for it: see
-// SockReader.SetBeforeWait. Without raw calls (TLS), which cannot tell,
-// it is called before each read of the connection, Wait's too.
+// SockReader.SetBeforeWait, which also says when it is called on TLS
+// (Wait's reads too).
 func (l *LazyReader) SetBeforeWait(fn func()) { l.conn.SetBeforeWait(fn) }
 
 // Take gives the Reader a buffer without waiting for bytes.

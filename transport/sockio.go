@@ -44,13 +44,16 @@ type SockReader struct {
 	// before, when set, is called as a Read (not readOrWait) finds the
 	// socket empty and is about to wait for it; see SetBeforeWait.
 	before func()
-	read   func(fd uintptr) bool // rawRead, made once so that Read allocates nothing
-	wait   func(fd uintptr) bool // rawReadOrWait, made once
+	// under is the reader of the socket under conn, a TLS connection of
+	// TLSServer or TLSClient, which calls before for it; else nil.
+	under *SockReader
+	read  func(fd uintptr) bool // rawRead, made once so that Read allocates nothing
+	wait  func(fd uintptr) bool // rawReadOrWait, made once
 }
 
 // NewSockReader returns a SockReader of conn.
 func NewSockReader(conn net.Conn) *SockReader {
-	r := &SockReader{conn: conn, raw: rawConnOf(conn), fd: -1}
+	r := &SockReader{conn: conn, raw: rawConnOf(conn), fd: -1, under: under(conn)}
 	r.read = r.rawRead
 	r.wait = r.rawReadOrWait
 	if r.raw != nil {
@@ -62,10 +65,18 @@ func NewSockReader(conn net.Conn) *SockReader {
 // SetBeforeWait has fn called when a Read finds the socket empty and is
 // about to wait for bytes: for a reader that holds others back while it
 // reads part way through a frame. fn runs inside the read, with the
-// connection's read side held: it must not block. On a connection without
-// raw calls, which cannot tell, fn is called before each Read. Waits of a
-// LazyReader between frames (Wait) on a raw connection do not call it.
-func (r *SockReader) SetBeforeWait(fn func()) { r.before = fn }
+// connection's read side held: it must not block. On a TLS connection of
+// TLSServer or TLSClient it is called as a read of the socket under it
+// finds the socket empty, not when a Read takes what TLS has decrypted
+// already; on another connection without raw calls, which cannot tell,
+// before each Read. Waits of a LazyReader between frames (Wait) on a raw
+// connection do not call it; on TLS they do.
+func (r *SockReader) SetBeforeWait(fn func()) {
+	r.before = fn
+	if r.under != nil {
+		r.under.before = fn
+	}
+}
 
 // Unread returns how many bytes the socket holds that no read has taken
 // yet, for another goroutine than the reader's to tell whether the reader
@@ -84,7 +95,7 @@ func (r *SockReader) Unread() (int, bool) {
 // if it has none.
 func (r *SockReader) Read(b []byte) (int, error) {
 	if r.raw == nil || len(b) == 0 {
-		if r.before != nil && len(b) > 0 {
+		if r.before != nil && r.under == nil && len(b) > 0 {
 			r.before()
 		}
 		return r.conn.Read(b)

@@ -2,8 +2,14 @@ package transport
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"testing"
@@ -268,4 +274,86 @@ func waitUntilUnread(t *testing.T, r *SockReader, n int) {
 			t.Fatalf("%d bytes unread, want %d", got, n)
 		}
 	}
+}
+
+// On a TLS connection of TLSServer or TLSClient, the before-wait hook runs
+// as a read of the socket under it finds the socket empty: not for a Read
+// of what TLS has decrypted already, which does not wait.
+func TestSockReaderBeforeWaitOverTLS(t *testing.T) {
+	t.Parallel()
+	if !rawCalls {
+		t.Skip("no raw calls on this platform")
+	}
+	a, b := tcpPair(t, "127.0.0.1:0")
+	a.SetDeadline(time.Now().Add(5 * time.Second))
+	b.SetDeadline(time.Now().Add(5 * time.Second))
+	// No session tickets: nothing but the test's records follows the
+	// handshake.
+	server := TLSServer(b, &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, SessionTicketsDisabled: true})
+	client := TLSClient(a, &tls.Config{InsecureSkipVerify: true})
+	done := make(chan error, 1)
+	go func() { done <- server.Handshake() }()
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, side := range []struct {
+		name string
+		r, w net.Conn
+	}{{"server", server, client}, {"client", client, server}} {
+		t.Run(side.name, func(t *testing.T) {
+			r := NewSockReader(side.r)
+			if r.under == nil {
+				t.Fatal("the TLS connection's socket is not read with raw calls")
+			}
+			calls := 0
+			r.SetBeforeWait(func() { calls++ })
+			side.w.Write([]byte("xy"))
+			buf := make([]byte, 1)
+			if n, err := r.Read(buf); err != nil || string(buf[:n]) != "x" {
+				t.Fatalf("read %q, %v; want x", buf[:n], err)
+			}
+			before := calls
+			if n, err := r.Read(buf); err != nil || string(buf[:n]) != "y" {
+				t.Fatalf("read %q, %v; want y", buf[:n], err)
+			}
+			if calls != before {
+				t.Errorf("fn called %d times for a read of what TLS had decrypted", calls-before)
+			}
+			called := make(chan struct{})
+			r.SetBeforeWait(func() {
+				if calls++; calls == before+1 {
+					close(called)
+				}
+			})
+			go func() {
+				<-called
+				side.w.Write([]byte("z"))
+			}()
+			if n, err := r.Read(buf); err != nil || string(buf[:n]) != "z" {
+				t.Fatalf("read %q, %v; want z", buf[:n], err)
+			}
+		})
+	}
+}
+
+// selfSigned returns a certificate for 127.0.0.1 that signs itself.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

@@ -83,7 +83,7 @@ func (w *Writer) SetStall(fn func(waiting bool)) {
 	w.stall = fn
 	w.out.stall = fn
 	if c, ok := w.out.conn.(*tls.Conn); ok {
-		if sc, ok := c.NetConn().(*stallConn); ok {
+		if sc, ok := c.NetConn().(*sockConn); ok {
 			sc.out.stall = fn
 		}
 	}
