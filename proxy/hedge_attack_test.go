@@ -346,3 +346,33 @@ func TestHedgeTimerNotSetAfterClose(t *testing.T) {
 	wantNoTrace(t, p, s, up, b, c)
 	b.release()
 }
+
+// A request that waits for a hedged read's copy to free its stream on the
+// session's first connection does not hold back the requests read before
+// it: here a read for another node, in the same write as the waiting scan,
+// is answered while the scan still waits.
+func TestHedgedLeftoverWaitForwardsWhatCameBefore(t *testing.T) {
+	t.Parallel()
+	up, c := startLegNode(t), startLegNode(t)
+	p, addr, _ := startLegsProxy(t, up.addr(), listRing{up.addr(), c.addr()}, hedgeAfter(time.Millisecond))
+	cl := dialStub(t, addr)
+	prefer(p, c.addr(), up.addr())
+	cl.answered(readKV(1, "bench.kv", 1), 1) // opens the connection to c
+
+	up.set(func(n *legNode) { n.hold = "k = 5" })
+	prefer(p, up.addr(), c.addr())
+	cl.answered(readKV(1, "bench.kv", 5), 1) // c's answer: up holds its copy
+	up.waitHeld(t, 1)
+	prefer(p, c.addr(), up.addr())
+	cl.write(append(readKV(2, "bench.kv", 7), stubQuery(1, scan)...))
+	s := onlySession(t, p)
+	waitUntil(t, "the scan waiting", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.leftoverWait
+	})
+	cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	cl.wantResult(2)
+	up.release()
+	cl.wantResult(1)
+}

@@ -233,6 +233,10 @@ func (s *session) forward(f []byte, h frame.Header, req request, r route, now in
 		s.routing.Store(true)
 		s.leftoverWait = true
 		s.readied = true
+		// The requests read before this one do not wait with it. Kick
+		// takes only each writer's lock, which no writer holds while it
+		// takes s.mu.
+		s.kickWritten()
 		s.room.Wait()
 	}
 	if s.readied {
@@ -380,8 +384,8 @@ func (s *session) push() error {
 // kickWritten starts the flush loops of the writers the request path has
 // queued to since it last pushed, and returns at once: for the request
 // path about to wait part way through a frame (from inside the client's
-// read, where it must not block), for room in max_frame_bytes_total, or
-// for a node to be dialled. The requests and answers of the frames before
+// read, where it must not block), for room in max_frame_bytes_total, for
+// a node to be dialled, or for a hedged read's copy to free its stream. The requests and answers of the frames before
 // go meanwhile; push, once the path goes on, finds them written or being
 // written.
 func (s *session) kickWritten() {
