@@ -353,26 +353,9 @@ func TestHedgeTimerNotSetAfterClose(t *testing.T) {
 // is answered while the scan still waits.
 func TestHedgedLeftoverWaitForwardsWhatCameBefore(t *testing.T) {
 	t.Parallel()
-	up, c := startLegNode(t), startLegNode(t)
-	p, addr, _ := startLegsProxy(t, up.addr(), listRing{up.addr(), c.addr()}, hedgeAfter(time.Millisecond))
-	cl := dialStub(t, addr)
-	prefer(p, c.addr(), up.addr())
-	cl.answered(readKV(1, "bench.kv", 1), 1) // opens the connection to c
-
-	up.set(func(n *legNode) { n.hold = "k = 5" })
-	prefer(p, up.addr(), c.addr())
-	cl.answered(readKV(1, "bench.kv", 5), 1) // c's answer: up holds its copy
-	up.waitHeld(t, 1)
-	prefer(p, c.addr(), up.addr())
-	cl.write(append(readKV(2, "bench.kv", 7), stubQuery(1, scan)...))
-	s := onlySession(t, p)
-	waitUntil(t, "the scan waiting", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.leftoverWait
-	})
-	cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	cl.wantResult(2)
-	up.release()
-	cl.wantResult(1)
+	lw := startLeftoverWaitBehind(t, readKV(2, "bench.kv", 7))
+	lw.cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	lw.cl.wantResult(2)
+	lw.up.release()
+	lw.cl.wantResult(1)
 }

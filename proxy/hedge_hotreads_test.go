@@ -155,6 +155,14 @@ func ranTimes(n *legNode, text string) int {
 	return k
 }
 
+// followersServed wants each follower's next read answered: they are
+// served as before.
+func (h *hotHedged) followersServed() {
+	for i, f := range h.followers {
+		f.answered(readKV(followerStreams[i]+1, "bench.kv", 7), followerStreams[i]+1)
+	}
+}
+
 // end closes the clients and checks that their sessions ended leaving
 // nothing behind: no hedge timer, no flight, no slot of max_in_flight,
 // nothing counted in flight on a node, and no answer that reached a
@@ -314,9 +322,7 @@ func TestHedgedHotReadLeaderLeaves(t *testing.T) {
 	h.b.release()
 	h.c.release()
 	h.wantUnits(t, units, [3]float64{1, 1, 1})
-	for i, f := range h.followers {
-		f.answered(readKV(followerStreams[i]+1, "bench.kv", 7), followerStreams[i]+1)
-	}
+	h.followersServed()
 	h.end(t)
 }
 
@@ -375,9 +381,7 @@ func TestHedgedHotReadLeaderStopsReading(t *testing.T) {
 	waitUntil(t, "no copies awaited", func() bool { return h.ls.leftoversNow() == 0 })
 	h.wantUnits(t, units, [3]float64{1 + 8, 1, 1})
 	h.lead.answered(readKV(leadStream, "bench.kv", 7), leadStream)
-	for i, f := range h.followers {
-		f.answered(readKV(followerStreams[i]+1, "bench.kv", 7), followerStreams[i]+1)
-	}
+	h.followersServed()
 	h.end(t)
 }
 

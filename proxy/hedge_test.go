@@ -324,6 +324,13 @@ const scan = "SELECT v FROM bench.kv"
 
 func startLeftoverWait(t *testing.T, edits ...func(*config.Config)) leftoverWait {
 	t.Helper()
+	return startLeftoverWaitBehind(t, nil, edits...)
+}
+
+// startLeftoverWaitBehind is startLeftoverWait whose client sends before,
+// a request routed to c, in the same write as the scan, ahead of it.
+func startLeftoverWaitBehind(t *testing.T, before []byte, edits ...func(*config.Config)) leftoverWait {
+	t.Helper()
 	up, c := startLegNode(t), startLegNode(t)
 	p, addr, shutdown := startLegsProxy(t, up.addr(), listRing{up.addr(), c.addr()}, func(cfg *config.Config) {
 		hedgeAfter(time.Millisecond)(cfg)
@@ -339,7 +346,10 @@ func startLeftoverWait(t *testing.T, edits ...func(*config.Config)) leftoverWait
 	prefer(p, up.addr(), c.addr())
 	cl.answered(readKV(1, "bench.kv", 5), 1) // c's answer: up holds its copy
 	up.waitHeld(t, 1)
-	cl.write(stubQuery(1, scan))
+	if before != nil {
+		prefer(p, c.addr(), up.addr())
+	}
+	cl.write(append(before, stubQuery(1, scan)...))
 	s := onlySession(t, p)
 	waitUntil(t, "the scan waiting", func() bool {
 		s.mu.Lock()
